@@ -1,0 +1,360 @@
+"""The agent loop: observation -> chat messages -> model -> action -> ``step()``, until done.
+
+Messages are rendered with jinja2 templates (the taskset card's, or the defaults below) in a
+sandbox. The action is parsed from the reply against the env's action JSON schema: a JSON
+object, a fenced JSON block, or plain text for an action with a single string field such as
+``{"answer": ...}`` (and a reply naming exactly one option of a single enum field).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+from jinja2 import StrictUndefined, TemplateError
+from jinja2.sandbox import SandboxedEnvironment
+
+from taskhub._errors import AgentFormatError, ConfigError, EnvProtocolError
+from taskhub._schema import (
+    ChatMessage,
+    SamplingParams,
+    StepRecord,
+    Task,
+    TasksetCard,
+    Usage,
+)
+from taskhub.env._client import EnvSession, StepResult
+from taskhub.models._base import GenerateRequest, ModelBackend, TurnContext
+from taskhub.models._scripted import action_properties, text_field
+
+DEFAULT_SYSTEM_PROMPT = """\
+You are an agent acting in an environment, one action per reply.
+{%- if text_field %}
+Reply with your {{ text_field }} only.
+{%- else %}
+Reply with a single JSON object, the action, matching this JSON schema:
+{{ action_schema_json }}
+{%- endif %}"""
+
+DEFAULT_PROMPT_TEMPLATE = """\
+{%- if prompt %}{{ prompt }}
+
+{% endif -%}
+{{ observation_text }}"""
+
+DEFAULT_STEP_TEMPLATE = """\
+{%- if reward is not none %}Reward: {{ reward }}
+{% endif -%}
+{{ observation_text }}"""
+
+FORMAT_RETRY_MESSAGE = (
+    "Your reply could not be used as an action: {error}\nReply again with only the action."
+)
+
+# Observation fields that are protocol plumbing, not content for the model.
+_HIDDEN_FIELDS = {"done", "reward", "metadata"}
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+
+_jinja = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
+
+
+def observation_text(observation: dict[str, Any]) -> str:
+    """Render an observation for a model: one ``key: value`` line per content field."""
+    lines = []
+    for key, value in observation.items():
+        if key in _HIDDEN_FIELDS or value is None:
+            continue
+        if isinstance(value, str) and "\n" in value:
+            lines.append(f"{key}:\n{value}")
+        elif isinstance(value, str):
+            lines.append(f"{key}: {value}")
+        else:
+            lines.append(f"{key}: {json.dumps(value, ensure_ascii=False)}")
+    return "\n".join(lines)
+
+
+def public_action_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The action schema without OpenEnv's inherited ``metadata`` field (noise for a model)."""
+    if not schema:
+        return None
+    public = dict(schema)
+    props = dict(public.get("properties") or {})
+    props.pop("metadata", None)
+    public["properties"] = props
+    return public
+
+
+@dataclass
+class Templates:
+    """The compiled prompt templates of a taskset."""
+
+    system: str
+    first: str
+    step: str
+
+    @classmethod
+    def from_card(cls, card: TasksetCard) -> Templates:
+        """Use the card's templates, the defaults where it sets none.
+
+        Raises:
+            ConfigError: A template does not compile.
+        """
+        templates = cls(
+            card.system_prompt or DEFAULT_SYSTEM_PROMPT,
+            card.prompt_template or DEFAULT_PROMPT_TEMPLATE,
+            card.step_template or DEFAULT_STEP_TEMPLATE,
+        )
+        for name, source in vars(templates).items():
+            try:
+                _jinja.from_string(source)
+            except TemplateError as exc:
+                raise ConfigError(f"taskset card {name} template does not compile: {exc}") from None
+        return templates
+
+    def render(self, which: str, **variables: Any) -> str:
+        """Render the ``system``, ``first`` or ``step`` template.
+
+        Raises:
+            ConfigError: The template fails (an undefined variable, a sandbox violation).
+        """
+        source = getattr(self, which)
+        try:
+            return _jinja.from_string(source).render(**variables).strip()
+        except TemplateError as exc:
+            raise ConfigError(f"{which} template failed to render: {exc}") from None
+
+
+def parse_action(reply: str, schema: dict[str, Any] | None) -> dict[str, Any]:
+    """Turn a model reply into an action that satisfies ``schema``.
+
+    Tries, in order: the whole reply as a JSON object; a fenced JSON block; the first JSON object
+    in the text; for a single-string-field action, the plain text; for a single enum field, the
+    one option the reply names.
+
+    Raises:
+        AgentFormatError: No reading of the reply gives a valid action.
+    """
+    text = reply.strip()
+    if not text:
+        raise AgentFormatError("reply is empty", reply=reply)
+    candidates: list[dict[str, Any]] = []
+    for chunk in [text, *(_FENCE.findall(text)), *_json_objects(text)]:
+        try:
+            value = json.loads(chunk)
+        except (json.JSONDecodeError, ValueError):
+            continue
+        if isinstance(value, dict):
+            candidates.append(value)
+    field = text_field(schema)
+    if field is not None:
+        props = action_properties(schema)
+        if not any(field in c for c in candidates) and "enum" not in props[field]:
+            candidates.append({field: _unfence(text)})
+    enum_action = _enum_action(text, schema)
+    if enum_action is not None:
+        candidates.append(enum_action)
+    if not candidates:
+        raise AgentFormatError(f"reply is not a JSON object: {_clip(text)!r}", reply=reply)
+    first_error = ""
+    for candidate in candidates:
+        error = validate_action(candidate, schema)
+        if error is None:
+            return candidate
+        first_error = first_error or error
+    raise AgentFormatError(f"action does not match the action schema: {first_error}", reply=reply)
+
+
+def validate_action(action: dict[str, Any], schema: dict[str, Any] | None) -> str | None:
+    """Return why ``action`` does not satisfy ``schema``, or None when it does."""
+    if not schema:
+        return None
+    validator = jsonschema.Draft202012Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(action))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{where + ': ' if where else ''}{error.message}"
+
+
+def _unfence(text: str) -> str:
+    fenced = _FENCE.findall(text)
+    return fenced[0].strip() if len(fenced) == 1 else text
+
+
+def _json_objects(text: str, limit: int = 8) -> list[str]:
+    """Return up to ``limit`` balanced ``{...}`` substrings, outermost first."""
+    found: list[str] = []
+    depth, start, in_string, escaped = 0, -1, False, False
+    for index, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+            continue
+        if char == '"' and depth > 0:
+            in_string = True
+        elif char == "{":
+            if depth == 0:
+                start = index
+            depth += 1
+        elif char == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                found.append(text[start : index + 1])
+                if len(found) >= limit:
+                    break
+    return found
+
+
+def _enum_action(text: str, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    props = action_properties(schema)
+    required = [k for k in (schema or {}).get("required", []) if k in props]
+    names = required or list(props)
+    if len(names) != 1 or "enum" not in props[names[0]]:
+        return None
+    options = [o for o in props[names[0]]["enum"] if isinstance(o, str)]
+    lowered = text.lower()
+    named = {o for o in options if re.search(rf"\b{re.escape(o.lower())}\b", lowered)}
+    return {names[0]: named.pop()} if len(named) == 1 else None
+
+
+def _clip(text: str, size: int = 200) -> str:
+    return text if len(text) <= size else text[:size] + "..."
+
+
+@dataclass
+class EpisodeTrace:
+    """Everything an episode produced, filled in as it runs (kept even when it fails)."""
+
+    reset_payload: dict[str, Any]
+    initial: StepResult | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    messages: list[ChatMessage] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    env_time_s: float = 0.0
+    model_time_s: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+
+
+async def run_episode(
+    *,
+    task: Task,
+    session: EnvSession,
+    model: ModelBackend,
+    templates: Templates,
+    action_schema: dict[str, Any] | None,
+    reset_payload: dict[str, Any],
+    sampling: SamplingParams,
+    max_steps: int,
+    format_retries: int,
+    episode_seed: int,
+    trace: EpisodeTrace,
+) -> None:
+    """Play one episode into ``trace``.
+
+    Raises:
+        EnvError: The env failed (the trace keeps what happened before).
+        ModelError: The model failed after its own retries.
+        AgentFormatError: Replies stayed unusable after ``format_retries`` corrections.
+    """
+    started = time.perf_counter()
+    result = await session.reset(**reset_payload)
+    trace.env_time_s += time.perf_counter() - started
+    trace.initial = result
+    public_schema = public_action_schema(action_schema)
+    variables: dict[str, Any] = {
+        "task": task.model_dump(exclude={"answer", "oracle_actions"}),
+        "prompt": task.prompt,
+        "action_schema": public_schema,
+        "action_schema_json": json.dumps(public_schema, indent=2) if public_schema else "{}",
+        "text_field": text_field(action_schema),
+    }
+    system = templates.render("system", **variables)
+    if system:
+        trace.messages.append(ChatMessage(role="system", content=system))
+    observation, reward = result.observation, None
+    for index in range(max_steps):
+        if result.done:
+            break
+        turn = {
+            **variables,
+            "observation": observation,
+            "observation_text": observation_text(observation),
+            "reward": reward,
+            "step": index,
+        }
+        trace.messages.append(
+            ChatMessage(
+                role="user", content=templates.render("first" if index == 0 else "step", **turn)
+            )
+        )
+        context = TurnContext(task, observation, action_schema, index, episode_seed)
+        action, reply, format_errors, model_s = await _next_action(
+            model, trace, sampling, context, action_schema, format_retries
+        )
+        started = time.perf_counter()
+        try:
+            result = await session.step(action)
+        except EnvProtocolError as exc:
+            if exc.code != "VALIDATION_ERROR":
+                raise
+            # the env rejected an action our schema check let through: the agent's fault
+            raise AgentFormatError(
+                f"the env rejected the action {action!r}: {exc}", reply=reply
+            ) from None
+        latency = time.perf_counter() - started
+        trace.env_time_s += latency
+        trace.steps.append(
+            StepRecord(
+                index=index,
+                action=action,
+                observation=result.observation,
+                reward=result.reward,
+                done=result.done,
+                metadata=result.metadata,
+                reply=reply,
+                latency_s=latency,
+                model_latency_s=model_s,
+                format_errors=format_errors,
+            )
+        )
+        observation, reward = result.observation, result.reward
+    trace.terminated = result.done
+    trace.truncated = not result.done
+
+
+async def _next_action(
+    model: ModelBackend,
+    trace: EpisodeTrace,
+    sampling: SamplingParams,
+    context: TurnContext,
+    action_schema: dict[str, Any] | None,
+    format_retries: int,
+) -> tuple[dict[str, Any], str, list[str], float]:
+    errors: list[str] = []
+    model_s = 0.0
+    while True:
+        started = time.perf_counter()
+        generation = await model.generate(GenerateRequest(list(trace.messages), sampling, context))
+        elapsed = time.perf_counter() - started
+        model_s += elapsed
+        trace.model_time_s += elapsed
+        trace.usage.add(generation.usage)
+        trace.messages.append(ChatMessage(role="assistant", content=generation.text))
+        try:
+            return parse_action(generation.text, action_schema), generation.text, errors, model_s
+        except AgentFormatError as exc:
+            errors.append(str(exc))
+            if len(errors) > format_retries:
+                raise
+            trace.messages.append(
+                ChatMessage(role="user", content=FORMAT_RETRY_MESSAGE.format(error=exc))
+            )

@@ -1,0 +1,148 @@
+"""Terminal output shared by commands: the progress bar and the summary tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from taskhub._results import RunSummary
+from taskhub._schema import EpisodeRecord, RunManifest
+
+
+class BarProgress:
+    """A live progress bar: episodes done/total, rate, errors, ETA."""
+
+    def __init__(self, console: Console) -> None:
+        """Draw on ``console`` (stderr)."""
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TextColumn("[red]{task.fields[errors]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task: TaskID | None = None
+        self._errors = 0
+        self._done = 0
+        self._started = 0.0
+
+    def start(self, total: int, completed: int) -> None:
+        """Show the bar."""
+        import time
+
+        self._started = time.perf_counter()
+        self._progress.start()
+        self._task = self._progress.add_task(
+            "episodes", total=total, completed=completed, rate="", errors=""
+        )
+
+    def update(self, record: EpisodeRecord) -> None:
+        """Advance by one episode."""
+        import time
+
+        self._done += 1
+        if record.outcome != "scored":
+            self._errors += 1
+        elapsed = max(time.perf_counter() - self._started, 1e-9)
+        assert self._task is not None
+        self._progress.update(
+            self._task,
+            advance=1,
+            rate=f"{self._done / elapsed:.2f} ep/s",
+            errors=f"{self._errors} errors" if self._errors else "",
+        )
+
+    def complete(self) -> None:
+        """Stop drawing."""
+        self._progress.stop()
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def summary_table(summary: RunSummary, manifest: RunManifest, run_dir: Path) -> Table:
+    """The headline numbers of a run."""
+    # Every string here can come from a model, an env or a taskset: escape rich markup.
+    table = Table(title=escape(f"run {manifest.run_id}"), show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    taskset = manifest.taskset
+    pinned = taskset.commit_sha[:12] if taskset.commit_sha else taskset.fingerprint[:12]
+    table.add_row("model", escape(manifest.model.spec))
+    table.add_row("taskset", escape(f"{taskset.name} [{manifest.split}] @ {pinned}"))
+    if manifest.env is not None:
+        table.add_row(
+            "env",
+            escape(
+                f"{manifest.env.spec} ({manifest.env.transport}, "
+                f"{len(manifest.env.urls)} server(s))"
+            ),
+        )
+    table.add_row("status", manifest.status)
+    planned = f" of {summary.n_planned}" if summary.n_planned else ""
+    table.add_row("episodes", f"{summary.n_episodes}{planned} ({summary.n_tasks} tasks)")
+    if summary.mean_reward is not None:
+        ci = f"  95% CI [{_num(summary.ci95[0])}, {_num(summary.ci95[1])}]" if summary.ci95 else ""
+        se = f" ± {_num(summary.stderr)} (s.e.)" if summary.stderr is not None else ""
+        table.add_row("mean reward", f"{_num(summary.mean_reward)}{se}{ci}  n={summary.n_rewarded}")
+    if summary.success_rate is not None:
+        sci = (
+            f"  95% CI [{_num(summary.success_ci95[0])}, {_num(summary.success_ci95[1])}]"
+            if summary.success_ci95
+            else ""
+        )
+        table.add_row("success rate", f"{_num(summary.success_rate)}{sci}")
+    for name, value in summary.pass_at_k.items():
+        table.add_row(name, _num(value))
+    counts = ", ".join(
+        f"{name} {count}/{summary.n_episodes} ({count / summary.n_episodes:.1%})"
+        for name, count in summary.outcomes.items()
+        if count and summary.n_episodes
+    )
+    table.add_row("outcomes", counts or "-")
+    if summary.mean_steps is not None:
+        table.add_row("mean steps", f"{summary.mean_steps:.2f}")
+    if summary.tokens.get("calls"):
+        table.add_row(
+            "tokens",
+            f"{summary.tokens['prompt']} prompt + {summary.tokens['completion']} completion "
+            f"in {summary.tokens['calls']} calls",
+        )
+    table.add_row("run dir", escape(str(run_dir)))
+    return table
+
+
+def task_table(summary: RunSummary, limit: int | None = None) -> Table:
+    """Per-task numbers of a run."""
+    table = Table(title="per task", title_justify="left")
+    for column in ("task_id", "n", "scored", "mean reward", "successes", "pass rate"):
+        table.add_column(column, justify="left" if column == "task_id" else "right")
+    rows = summary.per_task if limit is None else summary.per_task[:limit]
+    for task in rows:
+        table.add_row(
+            escape(task.task_id),
+            str(task.n),
+            str(task.scored),
+            _num(task.mean_reward),
+            str(task.successes),
+            _num(task.pass_rate),
+        )
+    return table

@@ -1,0 +1,266 @@
+"""``taskhub eval MODEL ENV TASKSET``: run a model through a taskset's episodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import SecretStr, ValidationError
+from rich.console import Console
+
+from taskhub._cli._render import BarProgress, summary_table, task_table
+from taskhub._errors import TaskhubError
+from taskhub._runner import RunResult, evaluate, resume
+from taskhub._schema import EvalConfig, SamplingParams
+
+DEFAULT_MODEL = "local/smollm2-135m"
+DEFAULT_TASKSET = "arith"
+_SECRET_FLAGS = {"--api-key"}
+
+
+def _parse_shard(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    index, sep, count = value.partition("/")
+    if not sep or not index.isdigit() or not count.isdigit():
+        raise typer.BadParameter(f"{value!r} is not i/n (e.g. 0/4)", param_hint="--shard")
+    return int(index), int(count)
+
+
+def _redacted_argv() -> list[str]:
+    argv, hide = [], False
+    for arg in sys.argv:
+        if hide:
+            argv.append("***")
+            hide = False
+        elif arg in _SECRET_FLAGS:
+            argv.append(arg)
+            hide = True
+        elif any(arg.startswith(flag + "=") for flag in _SECRET_FLAGS):
+            argv.append(arg.split("=", 1)[0] + "=***")
+        else:
+            argv.append(arg)
+    return argv
+
+
+def eval_command(
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="provider/model: openai/NAME (needs --base-url), local/smollm2-135m (CPU, "
+            "offline), scripted/oracle|random|noop.",
+        ),
+    ] = DEFAULT_MODEL,
+    env: Annotated[
+        str,
+        typer.Argument(
+            help="http(s):// or ws(s):// URL of a running server, a Hub Space owner/name, an "
+            "OpenEnv env folder, a built-in env (arith, gridworld), or 'auto' for the taskset "
+            "card's env.",
+        ),
+    ] = "auto",
+    taskset: Annotated[
+        str,
+        typer.Argument(
+            help="Built-in taskset (arith, gridworld), a folder in Hub layout, a .jsonl/.parquet "
+            "file, or a Hub dataset org/name[@revision].",
+        ),
+    ] = DEFAULT_TASKSET,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1.",
+            envvar="OPENAI_BASE_URL",
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            help="API key of the endpoint (prefer the environment variable).",
+            envvar="OPENAI_API_KEY",
+            show_default=False,
+        ),
+    ] = None,
+    split: Annotated[str | None, typer.Option(help="Split to run (default: the card's).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Run only the first N tasks.", min=1)] = None,
+    shard: Annotated[str | None, typer.Option(help="Run shard i/n of the tasks (0-based).")] = None,
+    samples: Annotated[
+        int, typer.Option("--samples", "-k", help="Episodes per task (pass@k).", min=1)
+    ] = 1,
+    seed: Annotated[
+        int, typer.Option(help="Run seed (env seeds for rows without one, model seeds).")
+    ] = 0,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", help="Episodes in flight.", min=1)
+    ] = 4,
+    replicas: Annotated[
+        int, typer.Option(help="Server processes to launch for a local env.", min=1)
+    ] = 1,
+    max_sessions_per_env: Annotated[
+        int | None,
+        typer.Option(help="Sessions per server at most (default: learnt from the server).", min=1),
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option(help="Step limit per episode (overrides card and rows).", min=1)
+    ] = None,
+    reward: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reward",
+            help="Reward spec NAME[:ARG][=WEIGHT|=gate], repeatable (default: the taskset's).",
+        ),
+    ] = None,
+    success_threshold: Annotated[
+        float | None, typer.Option(help="Reward at which an episode counts as a success.")
+    ] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.", min=0)] = 0.0,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus sampling mass.")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Most tokens per reply.", min=1)] = 256,
+    stop: Annotated[list[str] | None, typer.Option(help="Stop sequence, repeatable.")] = None,
+    step_timeout: Annotated[float, typer.Option(help="Deadline of one env request, s.")] = 60.0,
+    episode_timeout: Annotated[float, typer.Option(help="Deadline of one episode, s.")] = 900.0,
+    model_timeout: Annotated[
+        float, typer.Option(help="Deadline of one model call, retries included, s.")
+    ] = 120.0,
+    max_retries: Annotated[
+        int, typer.Option(help="Retries of an episode after an infra error.", min=0)
+    ] = 2,
+    format_retries: Annotated[
+        int, typer.Option(help="Times an unparseable reply is shown back to the model.", min=0)
+    ] = 1,
+    fail_fast: Annotated[
+        bool, typer.Option(help="Stop at the first episode that is not scored.")
+    ] = False,
+    revision: Annotated[
+        str | None, typer.Option(help="Branch, tag or commit of a Hub taskset.")
+    ] = None,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Folder in which the run directory is made.",
+            envvar="TASKHUB_OUTPUT",
+        ),
+    ] = Path("runs"),
+    run_dir: Annotated[
+        Path | None, typer.Option(help="Exact run directory to create (instead of --output).")
+    ] = None,
+    resume_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Finish the interrupted run in this directory "
+            "(other arguments are taken from its run.json).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    progress: Annotated[
+        bool | None,
+        typer.Option("--progress/--no-progress", help="Live progress bar (default: on a TTY)."),
+    ] = None,
+    show_tasks: Annotated[
+        int, typer.Option(help="Rows of the per-task table to print (0: none).", min=0)
+    ] = 0,
+) -> None:
+    """Run MODEL through every task of TASKSET on ENV; write a run directory; print a summary.
+
+    Examples:
+      taskhub eval scripted/oracle arith arith --limit 20
+
+      taskhub eval local/smollm2-135m auto gridworld --limit 10
+
+      taskhub eval openai/gpt-4o-mini https://owner-env.hf.space org/tasks@v1 --base-url https://api.openai.com/v1
+
+    Exit codes: 0 the run completed (episode failures are results, counted in the summary);
+    1 an error stopped it (its message says what; the run directory stays resumable); 2 bad
+    usage; 130 interrupted (resume with --resume RUN_DIR).
+    """
+    from taskhub._cli import fail
+
+    console = Console(stderr=True)
+    show_bar = progress if progress is not None else console.is_terminal and not as_json
+    bar = BarProgress(console) if show_bar else None
+    headers: dict[str, str] = {}
+    hub_token = os.environ.get("HF_TOKEN")
+    if hub_token and "/" in env and not env.startswith(("http", "ws", ".", "/")):
+        headers["Authorization"] = f"Bearer {hub_token}"
+    try:
+        result: RunResult
+        if resume_dir is not None:
+            result = resume(
+                resume_dir,
+                api_key=api_key,
+                progress=bar,
+                env_headers=headers,
+                argv=_redacted_argv(),
+            )
+        else:
+            try:
+                config = EvalConfig(
+                    model=model,
+                    env=None if env == "auto" else env,
+                    taskset=f"{taskset}@{revision}" if revision else taskset,
+                    base_url=base_url,
+                    api_key=SecretStr(api_key) if api_key else None,
+                    sampling=SamplingParams(
+                        temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stop
+                    ),
+                    split=split,
+                    limit=limit,
+                    shard=_parse_shard(shard),
+                    samples=samples,
+                    seed=seed,
+                    concurrency=concurrency,
+                    replicas=replicas,
+                    max_sessions_per_env=max_sessions_per_env,
+                    max_steps=max_steps,
+                    rewards=reward or None,
+                    success_threshold=success_threshold,
+                    step_timeout_s=step_timeout,
+                    episode_timeout_s=episode_timeout,
+                    model_timeout_s=model_timeout,
+                    max_retries=max_retries,
+                    format_retries=format_retries,
+                    fail_fast=fail_fast,
+                )
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise typer.BadParameter(f"{where}: {first['msg']}") from None
+            result = evaluate(
+                config,
+                output_dir=output,
+                run_dir=run_dir,
+                progress=bar,
+                env_headers=headers,
+                hub_token=hub_token,
+                argv=_redacted_argv(),
+            )
+    except KeyboardInterrupt:
+        typer.echo(
+            "interrupted: finished episodes are saved; finish with taskhub eval --resume RUN_DIR",
+            err=True,
+        )
+        raise typer.Exit(code=130) from None
+    except TaskhubError as exc:
+        raise fail(exc) from None
+    if as_json:
+        payload = {
+            "run_dir": str(result.run_dir),
+            "run_id": result.manifest.run_id,
+            "status": result.manifest.status,
+            "summary": result.summary.model_dump(mode="json"),
+        }
+        typer.echo(json.dumps(payload, indent=2))
+    else:
+        out = Console()
+        out.print(summary_table(result.summary, result.manifest, result.run_dir))
+        if show_tasks:
+            out.print(task_table(result.summary, show_tasks))
+    if result.manifest.status != "completed":
+        raise typer.Exit(code=1)

@@ -1,0 +1,1 @@
+"""Reference OpenEnv environments shipped with taskhub, one OpenEnv project folder each."""

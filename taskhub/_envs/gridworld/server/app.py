@@ -1,0 +1,50 @@
+"""FastAPI application of the gridworld environment (HTTP and WebSocket ``/ws``).
+
+Run it from this env's folder::
+
+    python -m uvicorn server.app:app --host 127.0.0.1 --port 8000
+
+``MAX_CONCURRENT_ENVS`` (default 32) caps the WebSocket sessions served at once.
+"""
+
+from __future__ import annotations
+
+import os
+
+from openenv.core.env_server.http_server import create_app
+
+try:
+    from ..models import GridAction, GridObservation, GridState  # noqa: TID252
+    from .gridworld_environment import GridworldEnvironment
+except ImportError:  # run from the env folder: `uvicorn server.app:app`
+    from models import GridAction, GridObservation, GridState  # type: ignore[import-not-found,no-redef]
+    from server.gridworld_environment import GridworldEnvironment  # type: ignore[import-not-found,no-redef]
+
+#: Sessions served at once when ``MAX_CONCURRENT_ENVS`` is not set.
+DEFAULT_MAX_CONCURRENT_ENVS = 32
+
+app = create_app(
+    GridworldEnvironment,
+    GridAction,
+    GridObservation,
+    env_name="gridworld",
+    max_concurrent_envs=int(os.environ.get("MAX_CONCURRENT_ENVS", DEFAULT_MAX_CONCURRENT_ENVS)),
+    state_cls=GridState,
+)
+
+
+def main() -> None:
+    """Serve the app (``python -m server.app [--host H] [--port P]``)."""
+    import argparse
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description="Serve the gridworld OpenEnv environment.")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+    uvicorn.run(app, host=args.host, port=args.port)
+
+
+if __name__ == "__main__":
+    main()

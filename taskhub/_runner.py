@@ -1,0 +1,719 @@
+"""The runner: fan a taskset's episodes out to env servers and write each result as it ends.
+
+``evaluate_async`` is the API; ``evaluate`` its only sync twin (``asyncio.run``), used by the
+CLI. Episodes run under a bound on concurrency, each with its own deadline; infra errors are
+retried a bounded number of times; ``CAPACITY_REACHED`` is back-pressure (wait and retry, and
+never open more sessions on that server than it accepted). Every episode ends as exactly one
+record in ``episodes.jsonl``, whatever happened; ``resume_async`` finishes an interrupted run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.metadata
+import logging
+import platform
+import random
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from pydantic import SecretStr
+
+from taskhub._agent import EpisodeTrace, Templates, run_episode
+from taskhub._errors import (
+    AgentFormatError,
+    ConfigError,
+    EnvCapacityError,
+    EnvError,
+    EnvTimeout,
+    ModelAuthError,
+    ModelError,
+    ResultsError,
+    TaskhubError,
+)
+from taskhub._results import (
+    EPISODES,
+    ResultsWriter,
+    RunSummary,
+    read_manifest,
+    read_results,
+    repair_results,
+    summarize,
+    write_manifest,
+)
+from taskhub._rewards import BoundReward, RewardSet, score_episode
+from taskhub._schema import (
+    EnvInfo,
+    EpisodeRecord,
+    ErrorInfo,
+    EvalConfig,
+    ModelInfo,
+    RunManifest,
+    RunStatus,
+    Task,
+)
+from taskhub._taskset import Taskset, load_taskset
+from taskhub._version import __version__
+from taskhub.env._client import EnvClient, EnvSession, HttpEnvSession
+from taskhub.env._launch import EnvHandle
+from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_model_spec
+
+logger = logging.getLogger(__name__)
+
+#: Step limit when neither the run, the row nor the card sets one.
+DEFAULT_MAX_STEPS = 100
+#: Longest wait for a free session on a server at capacity before the episode is an infra error.
+CAPACITY_WAIT_S = 600.0
+_LIBRARIES = ("httpx", "websockets", "pydantic", "jinja2", "huggingface-hub", "openenv")
+
+
+class Progress(Protocol):
+    """Receives the runner's progress; the CLI shows a bar, tests record the calls."""
+
+    def start(self, total: int, completed: int) -> None:
+        """The run will write ``total`` episodes, ``completed`` of which already exist."""
+        ...
+
+    def update(self, record: EpisodeRecord) -> None:
+        """One more episode finished (whatever its outcome)."""
+        ...
+
+    def complete(self) -> None:
+        """The run ended."""
+        ...
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run left behind."""
+
+    run_dir: Path
+    manifest: RunManifest
+    summary: RunSummary
+
+
+def derive_seed(*parts: object) -> int:
+    """Return a deterministic 31-bit seed from ``parts``."""
+    digest = hashlib.sha256("\0".join(str(p) for p in parts).encode()).hexdigest()
+    return int(digest[:8], 16) % 2**31
+
+
+def _slug(text: str, size: int = 32) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:size] or "x"
+
+
+def _redact_url(url: str | None) -> str | None:
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def _versions() -> dict[str, str]:
+    versions = {}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class _Endpoint:
+    url: str
+    limit: int | None
+    active: int = 0
+
+
+class SessionPool:
+    """Opens episode sessions on a set of env servers without exceeding what each accepts."""
+
+    def __init__(
+        self,
+        info: EnvInfo,
+        *,
+        http: httpx.AsyncClient,
+        limit: int | None,
+        timeout: float,
+        max_frame_bytes: int,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Prepare sessions on every server of ``info``.
+
+        Args:
+            info: The env servers.
+            http: HTTP client for the HTTP transport.
+            limit: Sessions per server at most (None: learnt from ``CAPACITY_REACHED``). HTTP
+                servers always get 1: they keep one env for every client.
+            timeout: Deadline of each env request.
+            max_frame_bytes: Largest frame accepted.
+            headers: Handshake headers (Space tokens).
+        """
+        self.info = info
+        if info.transport == "http":
+            limit = 1
+        self.endpoints = [_Endpoint(url, limit) for url in info.urls]
+        self._http = http
+        self._timeout = timeout
+        self._max_frame_bytes = max_frame_bytes
+        self._headers = headers or {}
+        self._changed = asyncio.Condition()
+
+    def _free(self) -> _Endpoint | None:
+        open_ = [e for e in self.endpoints if e.limit is None or e.active < e.limit]
+        return min(open_, key=lambda e: e.active) if open_ else None
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[tuple[EnvSession, _Endpoint]]:
+        """Open a session on the least busy server that has room (waiting for one)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._free() is not None)
+            endpoint = self._free()
+            assert endpoint is not None
+            endpoint.active += 1
+        session: EnvSession
+        if self.info.transport == "http":
+            session = HttpEnvSession(
+                endpoint.url,
+                http=self._http,
+                timeout=self._timeout,
+                max_frame_bytes=self._max_frame_bytes,
+            )
+        else:
+            session = EnvClient(
+                endpoint.url,
+                timeout=self._timeout,
+                max_frame_bytes=self._max_frame_bytes,
+                headers=self._headers,
+            )
+        try:
+            yield session, endpoint
+        finally:
+            try:
+                await asyncio.shield(session.close())
+            finally:
+                async with self._changed:
+                    endpoint.active -= 1
+                    self._changed.notify_all()
+
+    async def at_capacity(self, endpoint: _Endpoint) -> None:
+        """Lower a server's limit to the sessions it holds besides the refused one."""
+        async with self._changed:
+            accepted = max(1, endpoint.active - 1)
+            if endpoint.limit is None or accepted < endpoint.limit:
+                logger.info("%s is at capacity: at most %d sessions", endpoint.url, accepted)
+                endpoint.limit = accepted
+
+
+@dataclass
+class _Plan:
+    config: EvalConfig
+    taskset: Taskset
+    split: str
+    tasks: tuple[Task, ...]
+    run_id: str
+    run_dir: Path
+    rewards: RewardSet
+    task_rewards: dict[str, list[BoundReward]]
+    templates: Templates
+    success_threshold: float
+    manifest: RunManifest | None = None
+    done: set[tuple[str, int]] = field(default_factory=set)
+
+    def items(self) -> Iterator[tuple[Task, int]]:
+        for task in self.tasks:
+            for sample in range(self.config.samples):
+                if (task.task_id, sample) not in self.done:
+                    yield task, sample
+
+    @property
+    def n_planned(self) -> int:
+        return len(self.tasks) * self.config.samples
+
+
+def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, tuple[Task, ...]]:
+    """Apply ``split``, ``shard`` and ``limit`` to a taskset, in that order."""
+    split = config.split or taskset.default_split()
+    tasks = taskset.tasks(split)
+    if config.shard is not None:
+        index, count = config.shard
+        tasks = tasks[index::count]
+    if config.limit is not None:
+        tasks = tasks[: config.limit]
+    return split, tasks
+
+
+def _plan(config: EvalConfig, taskset: Taskset, run_dir: Path, run_id: str) -> _Plan:
+    split, tasks = select_tasks(taskset, config)
+    if not tasks:
+        raise ConfigError(f"nothing to run: split {split!r} selects no tasks")
+    rewards = RewardSet()
+    task_rewards = {
+        task.task_id: rewards.resolve(config.rewards or task.rewards or taskset.card.rewards)
+        for task in tasks
+    }
+    threshold = (
+        config.success_threshold
+        if config.success_threshold is not None
+        else taskset.card.success_threshold
+    )
+    return _Plan(
+        config=config,
+        taskset=taskset,
+        split=split,
+        tasks=tasks,
+        run_id=run_id,
+        run_dir=run_dir,
+        rewards=rewards,
+        task_rewards=task_rewards,
+        templates=Templates.from_card(taskset.card),
+        success_threshold=threshold,
+    )
+
+
+def new_run_id(config: EvalConfig, taskset_name: str) -> str:
+    """Return a fresh run id: UTC time, taskset, model, and a random suffix."""
+    stamp = _now().strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{_slug(taskset_name, 24)}-{_slug(config.model, 32)}-{secrets.token_hex(3)}"
+
+
+class _Runner:
+    def __init__(
+        self,
+        plan: _Plan,
+        *,
+        progress: Progress | None,
+        http: httpx.AsyncClient,
+        env_headers: dict[str, str] | None,
+        argv: list[str] | None,
+        parent_manifest: RunManifest | None,
+    ) -> None:
+        self.plan = plan
+        self.config = plan.config
+        self.progress = progress
+        self.http = http
+        self.env_headers = env_headers or {}
+        self.argv = argv
+        # created_at of the run is the first session's start; --resume adds a session.
+        self.sessions = [*(parent_manifest.sessions if parent_manifest else []), _now()]
+        self.model: ModelBackend | None = None
+        self.pool: SessionPool | None = None
+        self.writer: ResultsWriter | None = None
+        self.env_info: EnvInfo | None = None
+        self.stop_reason: str | None = None
+        self.fatal: BaseException | None = None
+
+    async def run(self) -> RunResult:
+        plan, config = self.plan, self.config
+        env_spec = config.env or plan.taskset.card.env
+        if not env_spec:
+            raise ConfigError(
+                f"no environment: pass ENV, or set `env:` in the taskset card of "
+                f"{plan.taskset.name!r}"
+            )
+        provider, name = split_model_spec(config.model)
+        self.model = load_model(
+            config.model,
+            ModelOptions(
+                base_url=config.base_url,
+                api_key=config.api_key.get_secret_value() if config.api_key else None,
+                timeout_s=config.model_timeout_s,
+            ),
+        )
+        status: RunStatus = "failed"
+        try:
+            handle = EnvHandle.open(
+                env_spec,
+                http=self.http,
+                replicas=config.replicas,
+                max_sessions=max(config.concurrency, config.max_sessions_per_env or 0),
+                headers=self.env_headers,
+                log_dir=plan.run_dir / "env-logs",
+            )
+            async with handle:
+                assert handle.info is not None
+                self.env_info = handle.info
+                self.pool = SessionPool(
+                    handle.info,
+                    http=self.http,
+                    limit=config.max_sessions_per_env,
+                    timeout=config.step_timeout_s,
+                    max_frame_bytes=config.max_frame_bytes,
+                    headers=self.env_headers,
+                )
+                manifest = self._manifest(provider, name, "running")
+                write_manifest(plan.run_dir, manifest)
+                repair_results(plan.run_dir / EPISODES)
+                self.writer = ResultsWriter(plan.run_dir / EPISODES)
+                if self.progress:
+                    self.progress.start(plan.n_planned, len(plan.done))
+                try:
+                    await self._fan_out()
+                finally:
+                    self.writer.close()
+            if self.fatal is not None:
+                raise self.fatal
+            status = "failed" if self.stop_reason else "completed"
+        except asyncio.CancelledError:
+            status = "interrupted"
+            raise
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            await self.model.aclose()
+            if self.progress:
+                self.progress.complete()
+            if self.env_info is not None:
+                write_manifest(plan.run_dir, self._manifest(provider, name, status))
+        manifest = read_manifest(plan.run_dir)
+        records = read_results(plan.run_dir)
+        return RunResult(plan.run_dir, manifest, summarize(records, n_planned=plan.n_planned))
+
+    def _manifest(self, provider: str, name: str, status: RunStatus) -> RunManifest:
+        plan, config = self.plan, self.config
+        now = _now()
+        return RunManifest(
+            run_id=plan.run_id,
+            taskhub_version=__version__,
+            status=status,
+            created_at=self.sessions[0],
+            updated_at=now,
+            finished_at=now if status == "completed" else None,
+            config=config.model_copy(update={"base_url": _redact_url(config.base_url)}),
+            taskset=plan.taskset.ref,
+            split=plan.split,
+            env=self.env_info,
+            model=ModelInfo(
+                spec=config.model,
+                provider=provider,
+                name=name,
+                base_url=_redact_url(config.base_url),
+                sampling=config.sampling,
+                details=self.model.details if self.model else {},
+            ),
+            rewards=plan.rewards.plugins(),
+            n_planned=plan.n_planned,
+            libraries=_versions(),
+            host={
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "machine": platform.machine(),
+            },
+            argv=self.argv,
+            sessions=self.sessions,
+        )
+
+    async def _fan_out(self) -> None:
+        items = self.plan.items()
+
+        async def worker() -> None:
+            for task, sample in items:
+                if self.stop_reason:
+                    return
+                record = await self._episode(task, sample)
+                if self.stop_reason and record is None:
+                    return
+                assert record is not None and self.writer is not None
+                self.writer.write(record)
+                logger.info(
+                    "episode %s#%d: %s reward=%s steps=%d",
+                    record.task_id,
+                    record.sample,
+                    record.outcome,
+                    record.reward,
+                    record.num_steps,
+                )
+                if self.progress:
+                    self.progress.update(record)
+                if self.config.fail_fast and record.outcome != "scored":
+                    self.stop_reason = (
+                        f"--fail-fast: episode {record.task_id}#{sample} ended as {record.outcome}"
+                    )
+
+        async with asyncio.TaskGroup() as group:
+            for _ in range(self.config.concurrency):
+                group.create_task(worker())
+
+    async def _episode(self, task: Task, sample: int) -> EpisodeRecord | None:
+        config, plan = self.config, self.plan
+        assert self.pool is not None and self.model is not None
+        task_hash = task.content_hash()
+        env_seed = task.reset.get("seed")
+        if not isinstance(env_seed, int) or isinstance(env_seed, bool):
+            env_seed = derive_seed(config.seed, task.task_id)
+        episode_id = hashlib.sha256(f"{task_hash}:{sample}:{config.seed}".encode()).hexdigest()[:32]
+        payload: dict[str, Any] = {"seed": env_seed, "episode_id": episode_id, **task.reset}
+        sampling = config.sampling
+        model_seed = (
+            sampling.seed
+            if sampling.seed is not None
+            else derive_seed(config.seed, task.task_id, sample)
+        )
+        sampling = sampling.model_copy(update={"seed": model_seed})
+        max_steps = (
+            config.max_steps or task.max_steps or plan.taskset.card.max_steps or DEFAULT_MAX_STEPS
+        )
+        attempts = 0
+        capacity_deadline = time.monotonic() + CAPACITY_WAIT_S
+        capacity_delay = 0.1
+        while True:
+            attempts += 1
+            trace = EpisodeTrace(reset_payload=payload)
+            started_at, started = _now(), time.perf_counter()
+            error: BaseException | None = None
+            try:
+                async with self.pool.session() as (session, endpoint):
+                    try:
+                        async with asyncio.timeout(config.episode_timeout_s):
+                            await run_episode(
+                                task=task,
+                                session=session,
+                                model=self.model,
+                                templates=plan.templates,
+                                action_schema=self.env_info.action_schema
+                                if self.env_info
+                                else None,
+                                reset_payload=payload,
+                                sampling=sampling,
+                                max_steps=max_steps,
+                                format_retries=config.format_retries,
+                                episode_seed=model_seed,
+                                trace=trace,
+                            )
+                    except EnvCapacityError:
+                        await self.pool.at_capacity(endpoint)
+                        raise
+            except EnvCapacityError as exc:
+                if time.monotonic() < capacity_deadline:
+                    attempts -= 1  # back-pressure, not a failed attempt
+                    await asyncio.sleep(capacity_delay * random.uniform(0.5, 1.5))
+                    capacity_delay = min(capacity_delay * 2, 5.0)
+                    continue
+                error = exc
+            except TimeoutError:
+                error = EnvTimeout(
+                    f"episode exceeded its {config.episode_timeout_s:g}s deadline "
+                    f"after {len(trace.steps)} steps"
+                )
+                error.retryable = False
+            except ModelAuthError as exc:
+                self.fatal = exc
+                self.stop_reason = str(exc)
+                return None
+            except (AgentFormatError, EnvError, ModelError) as exc:
+                error = exc
+            except TaskhubError as exc:
+                error = exc
+            except Exception as exc:  # a bug in plugin code must not end the run
+                logger.exception("episode %s#%d crashed", task.task_id, sample)
+                error = exc
+            retryable = isinstance(error, EnvError | ModelError) and error.retryable
+            if retryable and attempts <= config.max_retries:
+                logger.info("episode %s#%d: %s; retrying", task.task_id, sample, error)
+                await asyncio.sleep(min(0.5 * 2 ** (attempts - 1), 10.0))
+                continue
+            return await self._record(
+                task,
+                task_hash,
+                sample,
+                env_seed,
+                episode_id,
+                trace,
+                error,
+                attempts,
+                started_at,
+                time.perf_counter() - started,
+            )
+
+    async def _record(
+        self,
+        task: Task,
+        task_hash: str,
+        sample: int,
+        seed: int,
+        episode_id: str,
+        trace: EpisodeTrace,
+        error: BaseException | None,
+        attempts: int,
+        started_at: datetime,
+        duration: float,
+    ) -> EpisodeRecord:
+        outcome = "scored"
+        if isinstance(error, AgentFormatError):
+            outcome = "agent_error"
+        elif error is not None:
+            outcome = "infra_error"
+        initial = trace.initial
+        record = EpisodeRecord(
+            run_id=self.plan.run_id,
+            episode_id=episode_id,
+            task_id=task.task_id,
+            task_hash=task_hash,
+            split=self.plan.split,
+            sample=sample,
+            seed=seed,
+            outcome=outcome,  # type: ignore[arg-type]
+            reward=None,
+            success=None,
+            env_reward=sum(s.reward or 0.0 for s in trace.steps) if initial else None,
+            error=ErrorInfo.from_exception(error) if error is not None else None,
+            attempts=attempts,
+            terminated=trace.terminated,
+            truncated=trace.truncated,
+            num_steps=len(trace.steps),
+            reset_payload=trace.reset_payload,
+            initial_observation=initial.observation if initial else None,
+            reset_metadata=initial.metadata if initial else None,
+            steps=trace.steps,
+            messages=trace.messages,
+            usage=trace.usage,
+            started_at=started_at,
+            duration_s=duration,
+            env_time_s=trace.env_time_s,
+            model_time_s=trace.model_time_s,
+            task=task,
+        )
+        if outcome == "infra_error":
+            return record
+        components, total, reward_error = await score_episode(
+            record, self.plan.task_rewards[task.task_id]
+        )
+        update: dict[str, Any] = {"reward_components": components, "reward": total}
+        if reward_error is not None:
+            update["outcome"] = "reward_error"
+            update["error"] = ErrorInfo(type="RewardError", message=reward_error, boundary="reward")
+        elif total is not None:
+            update["success"] = total >= self.plan.success_threshold
+        return record.model_copy(update=update)
+
+
+def _make_http() -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=10.0))
+
+
+async def evaluate_async(
+    config: EvalConfig,
+    *,
+    output_dir: Path | str = "runs",
+    run_dir: Path | str | None = None,
+    progress: Progress | None = None,
+    env_headers: dict[str, str] | None = None,
+    hub_token: str | None = None,
+    argv: list[str] | None = None,
+) -> RunResult:
+    """Run an evaluation and write its run directory.
+
+    Args:
+        config: What to run.
+        output_dir: Parent of the new run directory (named after the run id).
+        run_dir: Exact run directory to create instead (must not hold a run yet).
+        progress: Receives progress updates.
+        env_headers: Extra WebSocket handshake headers (a token for private Spaces).
+        hub_token: Token for private Hub tasksets.
+        argv: The command line, recorded in ``run.json``.
+
+    Returns:
+        The run directory, its manifest and summary.
+
+    Raises:
+        TaskhubError: Bad configuration (raised before any episode runs), an env that cannot
+            be started, or a fatal model error (bad credentials). Episode failures are records,
+            not exceptions.
+    """
+    taskset = load_taskset(config.taskset, token=hub_token)
+    run_id = new_run_id(config, taskset.name)
+    target = Path(run_dir) if run_dir is not None else Path(output_dir) / run_id
+    if (target / "run.json").exists():
+        raise ResultsError(
+            f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
+        )
+    plan = _plan(config, taskset, target, run_id)
+    async with _make_http() as http:
+        runner = _Runner(
+            plan,
+            progress=progress,
+            http=http,
+            env_headers=env_headers,
+            argv=argv,
+            parent_manifest=None,
+        )
+        return await runner.run()
+
+
+async def resume_async(
+    run_dir: Path | str,
+    *,
+    api_key: str | None = None,
+    progress: Progress | None = None,
+    env_headers: dict[str, str] | None = None,
+    hub_token: str | None = None,
+    argv: list[str] | None = None,
+) -> RunResult:
+    """Finish an interrupted run: run only the episodes it has no record of.
+
+    The taskset is loaded at the commit the run recorded, and must have the same content.
+
+    Raises:
+        ResultsError: ``run_dir`` is not a run directory, or the taskset changed.
+    """
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    config = manifest.config
+    if api_key is not None:
+        config = config.model_copy(update={"api_key": SecretStr(api_key)})
+    ref = manifest.taskset
+    source = ref.source
+    if ref.kind == "hub" and ref.repo_id and ref.commit_sha:
+        source = f"{ref.repo_id}@{ref.commit_sha}"
+    taskset = load_taskset(source, token=hub_token)
+    if taskset.ref.fingerprint != ref.fingerprint:
+        raise ResultsError(
+            f"taskset {ref.source!r} changed since the run started (fingerprint "
+            f"{ref.fingerprint[:12]} -> {taskset.ref.fingerprint[:12]}): cannot resume "
+            f"{run_dir}; start a new run"
+        )
+    taskset = Taskset(ref, taskset.card, taskset.splits)
+    plan = _plan(config, taskset, run_dir, manifest.run_id)
+    repair_results(run_dir / EPISODES)
+    plan.done = {r.key() for r in read_results(run_dir)}
+    async with _make_http() as http:
+        runner = _Runner(
+            plan,
+            progress=progress,
+            http=http,
+            env_headers=env_headers,
+            argv=argv or manifest.argv,
+            parent_manifest=manifest,
+        )
+        return await runner.run()
+
+
+def evaluate(config: EvalConfig, **kwargs: Any) -> RunResult:
+    """Run ``evaluate_async`` to completion (the one sync entry point)."""
+    return asyncio.run(evaluate_async(config, **kwargs))
+
+
+def resume(run_dir: Path | str, **kwargs: Any) -> RunResult:
+    """Run ``resume_async`` to completion."""
+    return asyncio.run(resume_async(run_dir, **kwargs))

@@ -1,0 +1,563 @@
+"""The data that crosses a file or process boundary: tasks, cards, episode records, manifests.
+
+These models are the project's formats. Field order is part of the JSON layout of
+``episodes.jsonl`` and ``run.json``; add fields at the end of a model, give them defaults, and
+bump ``SCHEMA_VERSION`` only for a change an older reader cannot ignore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+#: Version of the episode record and run manifest formats written by this taskhub.
+SCHEMA_VERSION = 1
+
+#: How an episode ended. ``scored``: it ran and has a reward. ``agent_error``: the model never
+#: produced a usable action (its fault; the episode still gets the reward it earned).
+#: ``infra_error``: the env or the model endpoint failed (nobody's score). ``reward_error``: the
+#: episode ran but a reward could not be computed.
+Outcome = Literal["scored", "agent_error", "infra_error", "reward_error"]
+OUTCOMES: tuple[Outcome, ...] = ("scored", "agent_error", "infra_error", "reward_error")
+
+RunStatus = Literal["running", "completed", "interrupted", "failed"]
+
+JsonObject = dict[str, JsonValue]
+
+_MODEL_CONFIG = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+def canonical_json(value: Any) -> str:
+    """Serialize ``value`` as canonical JSON: sorted keys, no spaces, UTF-8 kept as is.
+
+    Args:
+        value: Any JSON-compatible value.
+
+    Returns:
+        The canonical text; equal values give equal text.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode_json_object(value: Any, field: str) -> Any:
+    """Accept a JSON object given as text (how Hub tables keep heterogeneous kwargs)."""
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{field} is a string that is not JSON: {exc}") from None
+        if not isinstance(decoded, dict):
+            raise ValueError(f"{field} must be a JSON object, got {type(decoded).__name__}")
+        return decoded
+    return value
+
+
+def _check_finite(value: Any, path: str) -> None:
+    """Reject NaN and infinities, which JSON cannot carry."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{path} is {value!r}, which is not valid JSON")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_finite(item, f"{path}[{index}]")
+
+
+class Task(BaseModel):
+    """One row of a taskset: everything needed to run one episode.
+
+    Example row (JSON Lines):
+    ``{"task_id": "add-3-17", "reset": {"seed": 17, "family": "add", "difficulty": 3},
+    "answer": "1042"}``
+    """
+
+    model_config = _MODEL_CONFIG
+
+    task_id: Annotated[str, Field(min_length=1, max_length=512)]
+    """Unique id of the task within its taskset."""
+    reset: JsonObject = Field(default_factory=dict)
+    """Keyword arguments sent to the env's ``reset()`` (seed, task_spec, split/index, or the
+    env's own parameters). A JSON string holding an object is accepted too."""
+    prompt: str | None = None
+    """Optional instruction shown to the model before the first observation."""
+    answer: JsonValue = None
+    """Optional reference answer. Never shown to the model; used by rewards and the oracle."""
+    rewards: list[str] | None = None
+    """Reward specs for this row, replacing the taskset's default (e.g. ``["exact"]``)."""
+    max_steps: Annotated[int, Field(ge=1)] | None = None
+    """Step limit for this task, overriding the card's."""
+    oracle_actions: list[JsonObject] | None = None
+    """A known-correct action sequence, for ``scripted/oracle`` and validation."""
+    metadata: JsonObject = Field(default_factory=dict)
+    """Free-form information (difficulty, family, source...). Not sent to the env."""
+
+    @field_validator("reset", "metadata", mode="before")
+    @classmethod
+    def _objects_may_be_json_text(cls, value: Any, info: Any) -> Any:
+        return _decode_json_object(value, info.field_name)
+
+    @field_validator("rewards", mode="before")
+    @classmethod
+    def _single_spec_is_a_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("answer", "oracle_actions", mode="before")
+    @classmethod
+    def _arrays_may_be_json_text(cls, value: Any, info: Any) -> Any:
+        # Hub tables store nested values as JSON text; an answer that is a plain string is kept.
+        if info.field_name == "oracle_actions" and isinstance(value, str):
+            decoded = json.loads(value)
+            if not isinstance(decoded, list):
+                raise ValueError("oracle_actions must be a list of action objects")
+            return decoded
+        return value
+
+    @model_validator(mode="after")
+    def _json_numbers_are_finite(self) -> Task:
+        _check_finite(self.reset, "reset")
+        _check_finite(self.answer, "answer")
+        _check_finite(self.metadata, "metadata")
+        return self
+
+    def content_hash(self) -> str:
+        """Return the sha256 of the row's canonical JSON (fields left at defaults omitted).
+
+        Omitting defaults keeps hashes stable when later versions add optional fields.
+        """
+        row = self.model_dump(mode="json", exclude_defaults=True)
+        return hashlib.sha256(canonical_json(row).encode()).hexdigest()
+
+    def to_row(self) -> dict[str, Any]:
+        """Return the row as it is stored in a taskset file (defaults omitted)."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
+class TasksetCard(BaseModel):
+    """The ``taskhub:`` block of a taskset's README.md YAML header.
+
+    It binds the taskset to an environment and sets the defaults every row inherits.
+    """
+
+    model_config = _MODEL_CONFIG
+
+    name: str | None = None
+    """Short name of the taskset (defaults to the folder or repo name)."""
+    description: str | None = None
+    """One paragraph saying what the tasks measure."""
+    env: str | None = None
+    """The environment the tasks run on: a built-in name, a URL, a Space id or a folder."""
+    system_prompt: str | None = None
+    """System message for LLM agents (jinja2; sees ``action_schema``)."""
+    prompt_template: str | None = None
+    """Jinja2 template of the first user message (sees ``task``, ``observation``, ``prompt``,
+    ``action_schema``). Rendered in a sandbox."""
+    step_template: str | None = None
+    """Jinja2 template of each later user message (sees ``observation``, ``reward``, ``step``)."""
+    rewards: list[str] = Field(default_factory=lambda: ["env"])
+    """Default reward specs of every row (``env`` is the env's own reward, summed)."""
+    max_steps: Annotated[int, Field(ge=1)] | None = None
+    """Default step limit of an episode."""
+    success_threshold: float = 1.0
+    """An episode succeeds when its total reward reaches this value (used by pass@k)."""
+    default_split: str | None = None
+    """Split evaluated when none is asked for (defaults to ``test``, else the first split)."""
+
+    @field_validator("rewards", mode="before")
+    @classmethod
+    def _single_spec_is_a_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+class TasksetRef(BaseModel):
+    """Where a taskset came from, exactly enough to load the same rows again."""
+
+    model_config = _MODEL_CONFIG
+
+    source: str
+    """The taskset as the user named it (path, ``org/name@rev``, built-in name)."""
+    kind: Literal["builtin", "local", "file", "hub"]
+    """Built-in taskset, local folder, single data file, or Hub dataset repo."""
+    name: str
+    """The taskset's name (card ``name``, else folder, file or repo name)."""
+    repo_id: str | None = None
+    """Hub dataset repo id, for ``kind="hub"``."""
+    revision: str | None = None
+    """The revision asked for (branch, tag or sha), for ``kind="hub"``."""
+    commit_sha: str | None = None
+    """The resolved commit sha of a Hub taskset. Every result records it."""
+    fingerprint: str
+    """sha256 over the task hashes of every split, in order: identifies the rows' content."""
+    path: str | None = None
+    """Local path the rows were read from (a snapshot folder for Hub tasksets)."""
+
+
+class PluginSpec(BaseModel):
+    """A plugin as it was created: its registered name and the arguments it was given."""
+
+    model_config = _MODEL_CONFIG
+
+    kind: Literal["reward", "validator", "model"]
+    """Which registry the plugin came from."""
+    name: str
+    """Registered name (``package/name`` for third-party plugins)."""
+    args: JsonObject = Field(default_factory=dict)
+    """Arguments passed to the plugin's factory."""
+    version: str | None = None
+    """Version of the library doing the work, when the plugin wraps one."""
+
+
+class ErrorInfo(BaseModel):
+    """An error kept in a record instead of being raised."""
+
+    model_config = _MODEL_CONFIG
+
+    type: str
+    """Exception class name (``EnvTimeout``, ``AgentFormatError``...)."""
+    message: str
+    """The exception's message."""
+    boundary: str
+    """Where it happened: ``env``, ``model``, ``agent``, ``reward``, ``runner``..."""
+    code: str | None = None
+    """OpenEnv error code from an error frame, or HTTP status, when there was one."""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        """Build the record of ``exc``, reading taskhub's context attributes when present."""
+        code = getattr(exc, "code", None)
+        return cls(
+            type=type(exc).__name__,
+            message=str(exc) or repr(exc),
+            boundary=getattr(exc, "boundary", "runner"),
+            code=None if code is None else str(code),
+        )
+
+
+class ChatMessage(BaseModel):
+    """One chat message, in the OpenAI/Hugging Face chat format."""
+
+    model_config = _MODEL_CONFIG
+
+    role: Literal["system", "user", "assistant"]
+    """Who speaks."""
+    content: str
+    """What is said."""
+
+
+class Usage(BaseModel):
+    """Token usage summed over the model calls of an episode."""
+
+    model_config = _MODEL_CONFIG
+
+    prompt_tokens: int = 0
+    """Tokens sent to the model."""
+    completion_tokens: int = 0
+    """Tokens the model generated."""
+    calls: int = 0
+    """Number of model calls."""
+
+    def add(self, other: Usage) -> None:
+        """Add ``other``'s counts to this one."""
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.calls += other.calls
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+class StepRecord(BaseModel):
+    """One ``step()`` of an episode: what the agent did and what the env answered."""
+
+    model_config = _MODEL_CONFIG
+
+    index: int
+    """0-based step number."""
+    action: JsonObject
+    """The action sent (the ``data`` of the step frame)."""
+    observation: JsonObject
+    """The observation the env returned."""
+    reward: float | None
+    """The step's reward (booleans and integers are stored as floats)."""
+    done: bool
+    """Whether the env ended the episode with this step."""
+    metadata: JsonObject | None = None
+    """``data.metadata`` of the reply (OpenEnv 0.4+ servers only)."""
+    reply: str | None = None
+    """The model's raw reply that produced the action."""
+    latency_s: float = 0.0
+    """Seconds between sending the step and receiving its observation."""
+    model_latency_s: float = 0.0
+    """Seconds the model took to produce the reply (including format retries)."""
+    format_errors: list[str] = Field(default_factory=list)
+    """Messages of replies rejected before this action was accepted."""
+
+
+class RewardComponent(BaseModel):
+    """One named part of an episode's reward."""
+
+    model_config = _MODEL_CONFIG
+
+    name: str
+    """The reward spec that produced it (``env``, ``exact``, ``judge:openai/gpt-4o-mini``...)."""
+    value: float | None
+    """Its value, or None when it could not be computed (see ``error``)."""
+    weight: float = 1.0
+    """Weight in the total."""
+    gate: bool = False
+    """A gate must pass (value > 0) for the other components to count."""
+    error: str | None = None
+    """Why the value is missing."""
+    details: JsonObject | None = None
+    """Reward-specific evidence (judge reply, parsed answer...)."""
+
+
+class EpisodeRecord(BaseModel):
+    """One line of ``episodes.jsonl``: a finished episode, whatever its outcome."""
+
+    model_config = _MODEL_CONFIG
+
+    schema_version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    run_id: str
+    """The run the episode belongs to."""
+    episode_id: str
+    """Episode id sent to the env's ``reset()``; unique within the run."""
+    task_id: str
+    """The task's id."""
+    task_hash: str
+    """sha256 of the task row's canonical JSON."""
+    split: str
+    """The taskset split the task came from."""
+    sample: int
+    """Sample index of this task (0..samples-1), for pass@k."""
+    seed: int | None
+    """The seed sent to ``reset()`` (None when the row pins none and the run sets none)."""
+    outcome: Outcome
+    """How the episode ended."""
+    reward: float | None
+    """Total reward (weighted components), None when the episode has no score."""
+    success: bool | None
+    """Whether ``reward`` reached the taskset's success threshold."""
+    reward_components: list[RewardComponent] = Field(default_factory=list)
+    """Every reward component, beside the total."""
+    env_reward: float | None = None
+    """Sum of the env's step rewards."""
+    error: ErrorInfo | None = None
+    """The error that ended the episode (or the last one retried away), if any."""
+    attempts: int = 1
+    """How many times the episode was started (infra errors are retried)."""
+    terminated: bool = False
+    """The env said ``done``."""
+    truncated: bool = False
+    """The episode hit its step limit before ``done``."""
+    num_steps: int = 0
+    """Number of steps taken."""
+    reset_payload: JsonObject = Field(default_factory=dict)
+    """The ``data`` of the reset frame actually sent (task kwargs, seed, episode_id)."""
+    initial_observation: JsonObject | None = None
+    """Observation returned by ``reset()``."""
+    reset_metadata: JsonObject | None = None
+    """``data.metadata`` of the reset reply, when the server sent one."""
+    steps: list[StepRecord] = Field(default_factory=list)
+    """Every step, in order."""
+    messages: list[ChatMessage] = Field(default_factory=list)
+    """The chat transcript the model saw and wrote."""
+    usage: Usage = Field(default_factory=Usage)
+    """Token usage over the episode."""
+    started_at: datetime
+    """When the (last) attempt started (UTC)."""
+    duration_s: float
+    """Wall-clock seconds of the last attempt."""
+    env_time_s: float = 0.0
+    """Seconds spent waiting for the env."""
+    model_time_s: float = 0.0
+    """Seconds spent waiting for the model."""
+    task: Task
+    """The task row, so that a run directory can be re-scored and browsed on its own."""
+
+    def key(self) -> tuple[str, int]:
+        """Identity of the episode within its run: ``(task_id, sample)``."""
+        return (self.task_id, self.sample)
+
+
+class SamplingParams(BaseModel):
+    """Sampling parameters passed through to the model."""
+
+    model_config = _MODEL_CONFIG
+
+    temperature: Annotated[float, Field(ge=0)] = 0.0
+    """Sampling temperature; 0 is greedy."""
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Nucleus sampling mass."""
+    max_tokens: Annotated[int, Field(ge=1)] = 256
+    """Most tokens generated per reply."""
+    seed: int | None = None
+    """Sampling seed (per episode, derived from the run seed when None)."""
+    stop: list[str] | None = None
+    """Stop sequences."""
+
+
+class EvalConfig(BaseModel):
+    """Everything that defines an evaluation run. Stored in ``run.json``."""
+
+    model_config = _MODEL_CONFIG
+
+    model: str
+    """Model string ``provider/model``: ``openai/NAME``, ``local/NAME``, ``scripted/oracle``..."""
+    taskset: str
+    """Taskset: built-in name, folder, ``.jsonl``/``.parquet`` file, or ``org/name[@rev]``."""
+    env: str | None = None
+    """Environment: URL, Space id, folder or built-in name; None uses the taskset card's."""
+    base_url: str | None = None
+    """Base URL of an OpenAI-compatible endpoint (``.../v1``)."""
+    api_key: SecretStr | None = Field(default=None, exclude=True)
+    """API key of the model endpoint. Never written anywhere."""
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    """Sampling parameters."""
+    split: str | None = None
+    """Split to evaluate (default: the card's ``default_split``, else ``test``)."""
+    limit: Annotated[int, Field(ge=1)] | None = None
+    """Evaluate only the first N tasks (after sharding)."""
+    shard: tuple[int, int] | None = None
+    """``(i, n)``: evaluate every n-th task starting at i (0-based)."""
+    samples: Annotated[int, Field(ge=1)] = 1
+    """Episodes per task (for pass@k)."""
+    seed: int = 0
+    """Run seed: derives each episode's env seed (when the row sets none) and model seed."""
+    concurrency: Annotated[int, Field(ge=1)] = 4
+    """Episodes in flight at once."""
+    replicas: Annotated[int, Field(ge=1)] = 1
+    """Processes to launch for a local env (folder or built-in)."""
+    max_sessions_per_env: Annotated[int, Field(ge=1)] | None = None
+    """Sessions per env server; None: as many as the server accepts (learnt from
+    ``CAPACITY_REACHED``)."""
+    max_steps: Annotated[int, Field(ge=1)] | None = None
+    """Step limit, overriding the card's and the rows'."""
+    rewards: list[str] | None = None
+    """Reward specs, overriding the card's and the rows'."""
+    success_threshold: float | None = None
+    """Success threshold, overriding the card's."""
+    step_timeout_s: Annotated[float, Field(gt=0)] = 60.0
+    """Deadline of one env request."""
+    episode_timeout_s: Annotated[float, Field(gt=0)] = 900.0
+    """Deadline of a whole episode attempt."""
+    model_timeout_s: Annotated[float, Field(gt=0)] = 120.0
+    """Hard deadline of one model call, retries included."""
+    max_retries: Annotated[int, Field(ge=0)] = 2
+    """Extra attempts of an episode after an infra error."""
+    format_retries: Annotated[int, Field(ge=0)] = 1
+    """Times an unparseable reply is shown back to the model before it is an agent error."""
+    fail_fast: bool = False
+    """Stop the run at the first episode that is not scored."""
+    max_frame_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    """Largest frame accepted from an env."""
+
+    @field_validator("shard")
+    @classmethod
+    def _shard_in_range(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is not None:
+            index, count = value
+            if count < 1 or not 0 <= index < count:
+                raise ValueError(f"shard {index}/{count} is not i/n with 0 <= i < n")
+        return value
+
+
+class EnvInfo(BaseModel):
+    """The environment a run talked to."""
+
+    model_config = _MODEL_CONFIG
+
+    spec: str
+    """The env as the user named it."""
+    kind: Literal["url", "space", "folder", "builtin"]
+    """How the spec was resolved."""
+    urls: list[str]
+    """Base URLs of the servers used (one per replica)."""
+    transport: Literal["ws", "http"] = "ws"
+    """WebSocket sessions, or the HTTP fallback for servers without ``/ws``."""
+    metadata: JsonObject | None = None
+    """What ``GET /metadata`` returned."""
+    action_schema: JsonObject | None = None
+    """The action JSON schema from ``GET /schema``."""
+    path: str | None = None
+    """Folder launched, for local envs."""
+
+
+class ModelInfo(BaseModel):
+    """The model a run used."""
+
+    model_config = _MODEL_CONFIG
+
+    spec: str
+    """The model string as given."""
+    provider: str
+    """The backend (``openai``, ``local``, ``scripted``...)."""
+    name: str
+    """The model name within the provider."""
+    base_url: str | None = None
+    """Endpoint, for remote backends."""
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    """Sampling parameters."""
+    details: JsonObject = Field(default_factory=dict)
+    """Backend-specific provenance (weights file and its sha256, library versions...)."""
+
+
+class RunManifest(BaseModel):
+    """``run.json``: the configuration and provenance of a run."""
+
+    model_config = _MODEL_CONFIG
+
+    schema_version: int = SCHEMA_VERSION
+    """Format version."""
+    run_id: str
+    """Unique id of the run."""
+    taskhub_version: str
+    """Version of taskhub that made the run."""
+    status: RunStatus
+    """``running`` while episodes are being written; ``completed`` when all are done."""
+    created_at: datetime
+    """When the run started (UTC)."""
+    updated_at: datetime
+    """When the manifest was last written (UTC)."""
+    finished_at: datetime | None = None
+    """When the run completed."""
+    config: EvalConfig
+    """The full configuration."""
+    taskset: TasksetRef
+    """The taskset, pinned."""
+    split: str
+    """The split evaluated."""
+    env: EnvInfo | None = None
+    """The environment (None for re-scored runs)."""
+    model: ModelInfo
+    """The model."""
+    rewards: list[PluginSpec] = Field(default_factory=list)
+    """Reward plugins used, with their arguments and library versions."""
+    n_planned: int = 0
+    """Episodes the run will write when complete."""
+    libraries: dict[str, str] = Field(default_factory=dict)
+    """Versions of the libraries involved."""
+    host: dict[str, str] = Field(default_factory=dict)
+    """Python version and platform."""
+    argv: list[str] | None = None
+    """The command line, when started from the CLI."""
+    sessions: list[datetime] = Field(default_factory=list)
+    """Start time of each session that wrote episodes (more than one after ``--resume``)."""
+    parent_run: str | None = None
+    """Run this one was derived from (``taskhub rescore``)."""

@@ -1,0 +1,471 @@
+"""Load tasksets: built-in, a local folder in Hub layout, one data file, or a Hub repo@revision.
+
+Every row is validated into a ``Task`` before any episode runs. Hub tasksets are pinned: the
+revision is resolved to a commit sha, that exact snapshot is downloaded with
+``snapshot_download(revision=sha)`` (which also works offline from the cache, where
+``load_dataset(repo, revision=...)`` can silently return another revision), and the sha goes
+into every result.
+
+Data files are read directly rather than through ``datasets``' JSON builder: that builder
+unifies nested objects across rows and fills the keys a row lacks with null, which would
+change the ``reset`` kwargs sent to the env.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.util
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from taskhub._errors import SchemaError, TasksetError, TasksetNotFound
+from taskhub._schema import Task, TasksetCard, TasksetRef
+
+logger = logging.getLogger(__name__)
+
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+#: Most row errors listed in one SchemaError message.
+MAX_REPORTED_ERRORS = 10
+
+
+@dataclass(frozen=True)
+class Taskset:
+    """A loaded taskset: where it came from, its card, and its validated rows per split."""
+
+    ref: TasksetRef
+    card: TasksetCard
+    splits: dict[str, tuple[Task, ...]]
+
+    @property
+    def name(self) -> str:
+        """The taskset's name."""
+        return self.ref.name
+
+    def default_split(self) -> str:
+        """The card's ``default_split``, else ``test``, else the first split."""
+        if self.card.default_split:
+            return self.card.default_split
+        return "test" if "test" in self.splits else next(iter(self.splits))
+
+    def tasks(self, split: str | None = None) -> tuple[Task, ...]:
+        """Return the rows of ``split`` (the default split when None).
+
+        Raises:
+            TasksetNotFound: The split does not exist.
+        """
+        name = split or self.default_split()
+        try:
+            return self.splits[name]
+        except KeyError:
+            raise TasksetNotFound(
+                f"taskset {self.name!r} has no split {name!r}; splits: {', '.join(self.splits)}"
+            ) from None
+
+
+def builtin_tasksets() -> dict[str, Path]:
+    """Return the tasksets shipped with taskhub, by name."""
+    spec = importlib.util.find_spec("taskhub.tasksets")
+    roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    if not roots:  # a source checkout without an install
+        roots = [Path(__file__).resolve().parent.parent / "tasksets"]
+    return {
+        p.parent.name: p.parent
+        for root in roots
+        for p in sorted(root.glob("*/README.md"))
+        if (p.parent / "data").is_dir()
+    }
+
+
+def parse_source(source: str) -> tuple[str, str | None]:
+    """Split ``org/name@revision`` into repo id and revision (None when absent)."""
+    if "@" in source and not Path(source).exists():
+        repo, _, revision = source.rpartition("@")
+        return repo, revision or None
+    return source, None
+
+
+def load_taskset(
+    source: str,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    cache_dir: str | None = None,
+) -> Taskset:
+    """Load and validate a taskset.
+
+    Args:
+        source: A built-in name (``arith``), a folder in Hub layout, a ``.jsonl``/``.parquet``/
+            ``.csv`` file, or a Hub dataset repo id, optionally ``org/name@revision``.
+        revision: Branch, tag or commit of a Hub taskset (overrides ``@revision``).
+        token: Hub token for private repos (huggingface_hub's own ``HF_TOKEN`` otherwise).
+        cache_dir: Hub cache folder (huggingface_hub's default otherwise).
+
+    Returns:
+        The taskset, every row validated, with its resolved commit sha for Hub sources.
+
+    Raises:
+        TasksetNotFound: The taskset, revision or a data file does not exist.
+        SchemaError: A row or the card does not match the schema (row index and field named).
+    """
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return _load_folder(path, TasksetRefParts(source, "local", path.name))
+    if path.is_file():
+        return _load_file(path, source)
+    builtins = builtin_tasksets()
+    if source in builtins:
+        return _load_folder(builtins[source], TasksetRefParts(source, "builtin", source))
+    looks_local = source.startswith((".", "/", "~")) or path.suffix in DATA_SUFFIXES
+    repo_id, at_revision = parse_source(source)
+    if not looks_local and re.match(r"^[\w.-]+/[\w.-]+$", repo_id):
+        return _load_hub(
+            repo_id, revision or at_revision, token=token, cache_dir=cache_dir, source=source
+        )
+    if looks_local or "/" in source:
+        raise TasksetNotFound(f"taskset file or folder {source!r} does not exist")
+    import difflib
+
+    close = difflib.get_close_matches(source, builtins, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise TasksetNotFound(
+        f"taskset {source!r} is not a folder, a data file, a built-in taskset "
+        f"({', '.join(builtins)}) or a Hub repo id (org/name[@revision]).{hint}"
+    )
+
+
+@dataclass(frozen=True)
+class TasksetRefParts:
+    """Identity of a taskset before its rows are read."""
+
+    source: str
+    kind: str
+    name: str
+    repo_id: str | None = None
+    revision: str | None = None
+    commit_sha: str | None = None
+
+
+def _load_hub(
+    repo_id: str, revision: str | None, *, token: str | None, cache_dir: str | None, source: str
+) -> Taskset:
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    api = HfApi(token=token)
+    what = f"{repo_id}@{revision}" if revision else repo_id
+    try:
+        if revision is not None and _SHA.match(revision):
+            sha = revision  # already pinned: works offline from the cache
+        else:
+            sha = _retry_transient(lambda: api.dataset_info(repo_id, revision=revision).sha, what)
+        if not sha:
+            raise TasksetError(f"the Hub gave no commit sha for {what}")
+        folder = _retry_transient(
+            lambda: snapshot_download(
+                repo_id, repo_type="dataset", revision=sha, token=token, cache_dir=cache_dir
+            ),
+            what,
+        )
+    except RevisionNotFoundError:
+        raise TasksetNotFound(f"taskset {repo_id!r} has no revision {revision!r}") from None
+    except GatedRepoError as exc:
+        raise TasksetError(f"taskset {repo_id!r} is gated: {exc}") from None
+    except RepositoryNotFoundError:
+        raise TasksetNotFound(
+            f"taskset repo {repo_id!r} was not found on the Hub (or it is private and no valid "
+            "token was given: set HF_TOKEN or run `hf auth login`)"
+        ) from None
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled) as exc:
+        raise TasksetNotFound(
+            f"taskset {what} is not in the local cache and the Hub cannot be reached: {exc}"
+        ) from None
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        if status == 401:
+            raise TasksetError(f"the Hub refused the token for {what}: {exc}") from None
+        raise TasksetError(f"the Hub failed on {what}: {exc}") from None
+    parts = TasksetRefParts(
+        source, "hub", repo_id.split("/")[-1], repo_id=repo_id, revision=revision, commit_sha=sha
+    )
+    return _load_folder(Path(folder), parts)
+
+
+def _retry_transient(call: Any, what: str, attempts: int = 4) -> Any:
+    """Retry 429 and 5xx answers of the Hub; everything else is raised at once."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    for attempt in range(attempts):
+        try:
+            return call()
+        except HfHubHTTPError as exc:
+            status = exc.response.status_code if exc.response is not None else None
+            if status not in (429, 500, 502, 503, 504) or attempt == attempts - 1:
+                raise
+            delay = 2.0**attempt
+            logger.warning("Hub answered %s for %s; retrying in %.0fs", status, what, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def read_card(folder: Path) -> tuple[dict[str, Any], TasksetCard]:
+    """Read a folder's README.md YAML header: the whole header and its ``taskhub:`` card.
+
+    Raises:
+        SchemaError: The header is not YAML or the ``taskhub:`` block does not validate.
+    """
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return {}, TasksetCard()
+    text = readme.read_text(encoding="utf-8")
+    header: dict[str, Any] = {}
+    match = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, re.DOTALL)
+    if match:
+        try:
+            loaded = yaml.safe_load(match.group(1))
+        except yaml.YAMLError as exc:
+            raise SchemaError(f"{readme}: the YAML header is not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise SchemaError(f"{readme}: the YAML header must be a mapping")
+        header = loaded or {}
+    block = header.get("taskhub") or {}
+    try:
+        card = TasksetCard.model_validate(block)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise SchemaError(f"{readme}: taskhub.{field}: {first['msg']}", field=field) from None
+    return header, card
+
+
+def data_files(folder: Path, header: dict[str, Any]) -> dict[str, list[Path]]:
+    """Map each split to its data files, from the card's ``configs:`` or the usual file names.
+
+    Raises:
+        TasksetNotFound: A listed file does not exist, or no data file is found.
+    """
+    configs = header.get("configs")
+    if isinstance(configs, list) and configs:
+        config = next(
+            (c for c in configs if isinstance(c, dict) and c.get("config_name") == "default"),
+            configs[0],
+        )
+        spec = config.get("data_files") if isinstance(config, dict) else None
+        entries: list[tuple[str, Any]]
+        if isinstance(spec, list):
+            entries = [
+                (e.get("split", "train"), e.get("path")) for e in spec if isinstance(e, dict)
+            ]
+        elif isinstance(spec, dict):
+            entries = list(spec.items())
+        elif isinstance(spec, str):
+            entries = [("train", spec)]
+        else:
+            raise SchemaError(f"{folder}/README.md: configs[0].data_files is missing")
+        splits: dict[str, list[Path]] = {}
+        for split, patterns in entries:
+            for pattern in [patterns] if isinstance(patterns, str) else list(patterns or []):
+                matched = sorted(folder.glob(pattern))
+                if not matched:
+                    raise TasksetNotFound(f"{folder}: split {split!r} file {pattern!r} not found")
+                splits.setdefault(str(split), []).extend(matched)
+        return splits
+    found: dict[str, list[Path]] = {}
+    for base in (folder / "data", folder):
+        for file in sorted(base.glob("*")):
+            if file.suffix in DATA_SUFFIXES and file.is_file():
+                split = re.split(r"[-_.]", file.name)[0]
+                if split in ("train", "test", "validation", "dev"):
+                    found.setdefault(split, []).append(file)
+        if found:
+            return found
+    raise TasksetNotFound(
+        f"{folder} has no data files: add a README.md with `configs:` or data/train.jsonl, "
+        "data/test.jsonl"
+    )
+
+
+def _load_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
+    header, card = read_card(folder)
+    files = data_files(folder, header)
+    splits = {split: _validate_rows(split, _read_files(paths)) for split, paths in files.items()}
+    _check_unique_ids(splits)
+    name = card.name or parts.name
+    return Taskset(_ref(parts, name, splits, folder), card, splits)
+
+
+def _load_file(path: Path, source: str) -> Taskset:
+    if path.suffix not in DATA_SUFFIXES:
+        raise TasksetError(
+            f"{path}: unsupported taskset file; use one of {', '.join(DATA_SUFFIXES)} or a folder"
+        )
+    splits = {"train": _validate_rows("train", _read_files([path]))}
+    _check_unique_ids(splits)
+    parts = TasksetRefParts(source, "file", path.stem)
+    return Taskset(_ref(parts, path.stem, splits, path), TasksetCard(), splits)
+
+
+def _ref(
+    parts: TasksetRefParts, name: str, splits: dict[str, tuple[Task, ...]], path: Path
+) -> TasksetRef:
+    digest = hashlib.sha256()
+    for split, tasks in splits.items():
+        digest.update(split.encode() + b"\n")
+        for task in tasks:
+            digest.update(task.content_hash().encode() + b"\n")
+    return TasksetRef(
+        source=parts.source,
+        kind=parts.kind,  # type: ignore[arg-type]
+        name=name,
+        repo_id=parts.repo_id,
+        revision=parts.revision,
+        commit_sha=parts.commit_sha,
+        fingerprint=digest.hexdigest(),
+        path=str(path),
+    )
+
+
+@dataclass(frozen=True)
+class _Row:
+    where: str
+    data: Any
+    strip_nulls: bool = False
+
+
+def _read_files(paths: list[Path]) -> Iterator[_Row]:
+    for path in paths:
+        if path.suffix in (".jsonl", ".json"):
+            yield from _read_json(path)
+        elif path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                table = pq.read_table(path)
+            except Exception as exc:
+                raise TasksetError(f"{path}: not a readable parquet file: {exc}") from None
+            for index, row in enumerate(table.to_pylist()):
+                # Arrow struct columns give every row every key, null where the row had none.
+                yield _Row(f"{path.name} row {index}", row, strip_nulls=True)
+        elif path.suffix == ".csv":
+            with path.open(newline="", encoding="utf-8") as f:
+                for index, row in enumerate(csv.DictReader(f)):
+                    cleaned = {k: v for k, v in row.items() if v not in ("", None)}
+                    if "max_steps" in cleaned:
+                        cleaned["max_steps"] = _int_or_text(cleaned["max_steps"])
+                    yield _Row(f"{path.name} line {index + 2}", cleaned)
+        else:
+            raise TasksetError(f"{path}: unsupported data file type")
+
+
+def _int_or_text(value: str) -> int | str:
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def _read_json(path: Path) -> Iterator[_Row]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"{path.name}: not valid JSON: {exc}") from None
+        for index, row in enumerate(rows):
+            yield _Row(f"{path.name} row {index}", row)
+        return
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"{path.name} line {number}: not valid JSON: {exc}") from None
+        yield _Row(f"{path.name} line {number}", row)
+
+
+def _strip_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_strip_nulls(v) for v in value]
+    return value
+
+
+def _validate_rows(split: str, rows: Iterator[_Row]) -> tuple[Task, ...]:
+    tasks: list[Task] = []
+    errors: list[str] = []
+    first: tuple[int, str | None] | None = None
+    for index, row in enumerate(rows):
+        data = row.data
+        if row.strip_nulls and isinstance(data, dict):
+            data = {
+                k: _strip_nulls(v) if k in ("reset", "metadata", "oracle_actions") else v
+                for k, v in data.items()
+                if v is not None
+            }
+        if not isinstance(data, dict):
+            errors.append(f"{split} row {index} ({row.where}): a row must be a JSON object")
+            first = first or (index, None)
+            continue
+        try:
+            tasks.append(Task.model_validate(data))
+        except ValidationError as exc:
+            for err in exc.errors():
+                field = ".".join(str(p) for p in err["loc"]) or "(row)"
+                task_id = data.get("task_id")
+                who = f" (task_id={task_id!r})" if isinstance(task_id, str) else ""
+                message = err["msg"]
+                if err["type"] == "extra_forbidden":
+                    message = (
+                        "unknown field; Task fields are "
+                        + ", ".join(Task.model_fields)
+                        + " (put extra information under metadata)"
+                    )
+                errors.append(f"{split} row {index}{who} ({row.where}): field {field!r}: {message}")
+                first = first or (index, field)
+    if errors:
+        shown = errors[:MAX_REPORTED_ERRORS]
+        more = len(errors) - len(shown)
+        text = "\n  ".join(shown) + (f"\n  ... and {more} more" if more else "")
+        assert first is not None
+        raise SchemaError(
+            f"{len(errors)} invalid row field(s):\n  {text}",
+            row=first[0],
+            field=first[1],
+            split=split,
+        )
+    return tuple(tasks)
+
+
+def _check_unique_ids(splits: dict[str, tuple[Task, ...]]) -> None:
+    seen: dict[str, tuple[str, int]] = {}
+    for split, tasks in splits.items():
+        for index, task in enumerate(tasks):
+            if task.task_id in seen:
+                other_split, other_index = seen[task.task_id]
+                raise SchemaError(
+                    f"{split} row {index}: duplicate task_id {task.task_id!r} "
+                    f"(already used by {other_split} row {other_index})",
+                    row=index,
+                    field="task_id",
+                    split=split,
+                )
+            seen[task.task_id] = (split, index)

@@ -1,0 +1,501 @@
+"""Async OpenEnv client: one episode session over WebSocket ``/ws``, or the HTTP fallback.
+
+The protocol (OpenEnv 0.3 to 0.10): one JSON object per text frame, strictly request then reply.
+Client frames are ``reset``/``step``/``state``/``close``; the server answers ``observation``,
+``state`` or ``error`` frames. Servers up to 0.3 send no ``metadata``; 0.4+ send it inside
+``data.observation`` and at ``data.metadata``. Both are accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import (
+    ConnectionClosed,
+    InvalidHandshake,
+    InvalidStatus,
+    InvalidURI,
+)
+
+from taskhub._errors import (
+    EnvCapacityError,
+    EnvClosedError,
+    EnvConnectError,
+    EnvError,
+    EnvExecutionError,
+    EnvProtocolError,
+    EnvTimeout,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Deadline of one request (reset, step, state), seconds.
+DEFAULT_TIMEOUT_S = 60.0
+#: Deadline of opening a session, seconds.
+DEFAULT_CONNECT_TIMEOUT_S = 15.0
+#: Largest frame accepted from a server: a bigger one is a protocol error, not a memory spike.
+DEFAULT_MAX_FRAME_BYTES = 4 * 1024 * 1024
+
+Transport = Literal["ws", "http"]
+
+# Error codes after which the session stays usable (DESIGN.md, protocol facts).
+_RECOVERABLE_CODES = {"INVALID_JSON", "UNKNOWN_TYPE", "VALIDATION_ERROR", "EXECUTION_ERROR"}
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What ``reset()`` or ``step()`` returned.
+
+    Attributes:
+        observation: The observation fields (without ``reward``/``done``).
+        reward: The reward as a float (OpenEnv allows bool, int or float), or None.
+        done: Whether the episode ended.
+        metadata: ``data.metadata`` of OpenEnv 0.4+ servers, else None.
+    """
+
+    observation: dict[str, Any]
+    reward: float | None
+    done: bool
+    metadata: dict[str, Any] | None = None
+
+
+class EnvSession(Protocol):
+    """One episode session with an env server: the OpenEnv verbs."""
+
+    async def reset(self, **kwargs: Any) -> StepResult:
+        """Start an episode; ``kwargs`` go to the env's ``reset()``."""
+        ...
+
+    async def step(self, action: dict[str, Any]) -> StepResult:
+        """Send one action."""
+        ...
+
+    async def state(self) -> dict[str, Any]:
+        """Return the env's state."""
+        ...
+
+    async def close(self) -> None:
+        """End the session."""
+        ...
+
+
+def split_base_url(url: str) -> tuple[str, str]:
+    """Return ``(http_base, ws_url)`` for an env given as ``http(s)://`` or ``ws(s)://`` URL.
+
+    ``http://h:p/prefix`` gives ``("http://h:p/prefix", "ws://h:p/prefix/ws")``; a ``ws`` URL
+    ending in ``/ws`` gives its HTTP base back.
+
+    Raises:
+        ValueError: ``url`` is not an http(s) or ws(s) URL.
+    """
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.netloc:
+        raise ValueError(f"not an http(s):// or ws(s):// URL: {url!r}")
+    secure = parts.scheme in ("https", "wss")
+    path = parts.path.rstrip("/")
+    if parts.scheme in ("ws", "wss") and path.endswith("/ws"):
+        path = path[: -len("/ws")]
+    http_base = urlunsplit(("https" if secure else "http", parts.netloc, path, "", ""))
+    ws_url = urlunsplit(("wss" if secure else "ws", parts.netloc, path + "/ws", "", ""))
+    return http_base, ws_url
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _loads(text: str | bytes) -> Any:
+    """Parse a frame strictly: NaN and Infinity are not JSON."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def _as_reward(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool | int | float):
+        reward = float(value)
+        if not math.isfinite(reward):
+            raise EnvProtocolError(f"{where}: reward is {value!r}, not a finite number")
+        return reward
+    raise EnvProtocolError(f"{where}: reward must be a number, bool or null, got {value!r:.200}")
+
+
+def parse_step_payload(data: Any, where: str) -> StepResult:
+    """Turn the ``data`` of an observation frame (or an HTTP reply body) into a StepResult.
+
+    Raises:
+        EnvProtocolError: The payload does not have the OpenEnv shape.
+    """
+    if not isinstance(data, dict):
+        raise EnvProtocolError(f"{where}: data must be an object, got {data!r:.200}")
+    observation = data.get("observation")
+    if not isinstance(observation, dict):
+        raise EnvProtocolError(
+            f"{where}: data.observation must be an object, got {observation!r:.200}"
+        )
+    done = data.get("done", observation.get("done", False))
+    if not isinstance(done, bool):
+        raise EnvProtocolError(f"{where}: done must be a bool, got {done!r:.100}")
+    reward = _as_reward(data.get("reward", observation.get("reward")), where)
+    metadata = data.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise EnvProtocolError(f"{where}: data.metadata must be an object, got {metadata!r:.100}")
+    return StepResult(observation=observation, reward=reward, done=done, metadata=metadata)
+
+
+def _error_from_frame(data: Any, url: str, verb: str) -> EnvError:
+    if not isinstance(data, dict):
+        return EnvProtocolError(f"{verb}: error frame without data: {data!r:.200}", env_url=url)
+    code = str(data.get("code", "")) or None
+    message = str(data.get("message", "")) or "(no message)"
+    text = f"{verb} failed: {code}: {message}"
+    if code == "CAPACITY_REACHED":
+        return EnvCapacityError(text, env_url=url, code=code)
+    if code == "EXECUTION_ERROR":
+        return EnvExecutionError(text, env_url=url, code=code)
+    if code in ("SESSION_ERROR", "FACTORY_ERROR"):
+        return EnvClosedError(text, env_url=url, code=code)
+    return EnvProtocolError(text, env_url=url, code=code)
+
+
+class EnvClient:
+    """An OpenEnv episode session over WebSocket ``<base>/ws``.
+
+    Use it as an async context manager; a closed client cannot be reopened::
+
+        async with EnvClient("http://127.0.0.1:8000") as env:
+            first = await env.reset(seed=3)
+            result = await env.step({"answer": "42"})
+
+    After a timeout the socket is dropped: a late reply would otherwise be read as the answer
+    to the next request.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Prepare a session with the server at ``base_url`` (http(s) or ws(s) URL).
+
+        Args:
+            base_url: The server, e.g. ``http://127.0.0.1:8000`` or ``wss://x.hf.space/ws``.
+            timeout: Deadline of each request, seconds.
+            connect_timeout: Deadline of the WebSocket handshake, seconds.
+            max_frame_bytes: Largest frame accepted from the server.
+            headers: Extra handshake headers (e.g. ``Authorization`` for private Spaces).
+        """
+        self.base_url, self.ws_url = split_base_url(base_url)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.max_frame_bytes = max_frame_bytes
+        self._headers = headers or {}
+        self._ws: ClientConnection | None = None
+        self._state: Literal["unopened", "open", "closed"] = "unopened"
+        self.last_latency_s = 0.0
+
+    async def __aenter__(self) -> EnvClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Open the WebSocket session.
+
+        Raises:
+            EnvConnectError: The server is unreachable or refuses the handshake.
+            EnvTimeout: The handshake did not finish in time.
+        """
+        if self._state == "closed":
+            raise RuntimeError("Cannot reopen a closed EnvClient; create a new one")
+        if self._state == "open":
+            return
+        try:
+            self._ws = await connect(
+                self.ws_url,
+                open_timeout=self.connect_timeout,
+                max_size=self.max_frame_bytes,
+                compression=None,
+                additional_headers=self._headers or None,
+                close_timeout=2,
+            )
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            raise EnvConnectError(
+                f"{self.ws_url} refused the WebSocket handshake with HTTP {status}",
+                env_url=self.ws_url,
+                code=str(status),
+            ) from None
+        except (OSError, InvalidHandshake, InvalidURI) as exc:
+            raise EnvConnectError(
+                f"cannot connect to {self.ws_url}: {exc}", env_url=self.ws_url
+            ) from None
+        except TimeoutError:
+            raise EnvTimeout(
+                f"WebSocket handshake with {self.ws_url} took longer than "
+                f"{self.connect_timeout:g}s",
+                env_url=self.ws_url,
+            ) from None
+        self._state = "open"
+
+    async def _request(self, frame: dict[str, Any], verb: str) -> dict[str, Any]:
+        if self._state == "unopened":
+            await self.connect()
+        if self._state == "closed" or self._ws is None:
+            raise EnvClosedError(f"{verb}: the session is closed", env_url=self.ws_url)
+        ws = self._ws
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout):
+                try:
+                    await ws.send(json.dumps(frame))
+                except ConnectionClosed:
+                    # CAPACITY_REACHED can arrive, and the socket close, before our first send:
+                    # the frame is still queued, so read it before reporting the close.
+                    pass
+                raw = await ws.recv()
+        except TimeoutError:
+            await self._drop()
+            raise EnvTimeout(
+                f"{verb}: no reply from {self.ws_url} within {self.timeout:g}s",
+                env_url=self.ws_url,
+            ) from None
+        except ConnectionClosed as exc:
+            await self._drop()
+            rcvd = exc.rcvd
+            if rcvd is not None and rcvd.code == 1009 or "1009" in str(exc):
+                raise EnvProtocolError(
+                    f"{verb}: the server sent a frame larger than {self.max_frame_bytes} bytes",
+                    env_url=self.ws_url,
+                    code="FRAME_TOO_LARGE",
+                ) from None
+            reason = f" ({rcvd.code} {rcvd.reason})" if rcvd is not None else ""
+            raise EnvClosedError(
+                f"{verb}: the server closed the session{reason}", env_url=self.ws_url
+            ) from None
+        self.last_latency_s = time.perf_counter() - started
+        if isinstance(raw, bytes):
+            await self._drop()
+            raise EnvProtocolError(f"{verb}: the server sent a binary frame", env_url=self.ws_url)
+        try:
+            message = _loads(raw)
+        except ValueError as exc:
+            await self._drop()
+            raise EnvProtocolError(
+                f"{verb}: the server sent a frame that is not JSON ({exc}): {raw[:200]!r}",
+                env_url=self.ws_url,
+            ) from None
+        if not isinstance(message, dict):
+            await self._drop()
+            raise EnvProtocolError(
+                f"{verb}: the server sent a non-object frame: {raw[:200]!r}", env_url=self.ws_url
+            )
+        if message.get("type") == "error":
+            error = _error_from_frame(message.get("data"), self.ws_url, verb)
+            if error.code not in _RECOVERABLE_CODES:
+                await self._drop()
+            raise error
+        return message
+
+    async def reset(self, **kwargs: Any) -> StepResult:
+        """Start an episode; keyword arguments go to the env's ``reset()``.
+
+        Raises:
+            EnvCapacityError: The server is at its session limit (retry later).
+            EnvError: Any other failure, typed by what went wrong.
+        """
+        message = await self._request({"type": "reset", "data": kwargs}, "reset")
+        return self._observation(message, "reset")
+
+    async def step(self, action: dict[str, Any]) -> StepResult:
+        """Send one action (its fields, unwrapped) and return the env's answer."""
+        message = await self._request({"type": "step", "data": action}, "step")
+        return self._observation(message, "step")
+
+    async def state(self) -> dict[str, Any]:
+        """Return the env's ``state`` (episode_id, step_count and env fields)."""
+        message = await self._request({"type": "state"}, "state")
+        if message.get("type") != "state" or not isinstance(message.get("data"), dict):
+            raise EnvProtocolError(
+                f"state: expected a state frame, got {json.dumps(message)[:200]}",
+                env_url=self.ws_url,
+            )
+        data: dict[str, Any] = message["data"]
+        return data
+
+    def _observation(self, message: dict[str, Any], verb: str) -> StepResult:
+        if message.get("type") != "observation":
+            raise EnvProtocolError(
+                f"{verb}: expected an observation frame, got {json.dumps(message)[:200]}",
+                env_url=self.ws_url,
+            )
+        return parse_step_payload(message.get("data"), f"{verb} reply from {self.ws_url}")
+
+    async def close(self) -> None:
+        """Send ``close`` and shut the socket. Safe to call more than once."""
+        if self._state == "closed":
+            return
+        ws, self._ws, self._state = self._ws, None, "closed"
+        if ws is None:
+            return
+        try:
+            async with asyncio.timeout(2):
+                await ws.send(json.dumps({"type": "close"}))
+                await ws.close()
+        except (ConnectionClosed, TimeoutError, OSError):
+            pass
+        finally:
+            if ws.transport is not None:
+                ws.transport.abort()
+
+    async def _drop(self) -> None:
+        """Abandon the socket without a handshake (after a timeout or a broken frame)."""
+        ws, self._ws, self._state = self._ws, None, "closed"
+        if ws is not None and ws.transport is not None:
+            ws.transport.abort()
+
+
+class HttpEnvSession:
+    """The HTTP fallback for servers without ``/ws``: ``POST /reset``, ``POST /step``.
+
+    HTTP carries no session, so such a server keeps one env for every client: the runner opens
+    at most one of these per server at a time.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        http: httpx.AsyncClient,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        """Prepare a session with ``base_url`` using the given HTTP client."""
+        self.base_url, _ = split_base_url(base_url)
+        self.timeout = timeout
+        self.max_frame_bytes = max_frame_bytes
+        self._http = http
+        self._closed = False
+        self.last_latency_s = 0.0
+
+    async def __aenter__(self) -> HttpEnvSession:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _call(self, method: str, path: str, body: Any, verb: str) -> Any:
+        if self._closed:
+            raise EnvClosedError(f"{verb}: the session is closed", env_url=self.base_url)
+        url = self.base_url + path
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self._http.request(method, url, json=body)
+        except TimeoutError:
+            raise EnvTimeout(
+                f"{verb}: no reply from {url} within {self.timeout:g}s", env_url=url
+            ) from None
+        except httpx.HTTPError as exc:
+            raise EnvConnectError(f"{verb}: cannot reach {url}: {exc}", env_url=url) from None
+        self.last_latency_s = time.perf_counter() - started
+        if len(response.content) > self.max_frame_bytes:
+            raise EnvProtocolError(
+                f"{verb}: reply larger than {self.max_frame_bytes} bytes", env_url=url
+            )
+        if response.status_code >= 500:
+            raise EnvExecutionError(
+                f"{verb}: HTTP {response.status_code}: {response.text[:300]}",
+                env_url=url,
+                code=str(response.status_code),
+            )
+        if response.status_code >= 400:
+            raise EnvProtocolError(
+                f"{verb}: HTTP {response.status_code}: {response.text[:300]}",
+                env_url=url,
+                code="VALIDATION_ERROR"
+                if response.status_code == 422
+                else str(response.status_code),
+            )
+        try:
+            return _loads(response.content)
+        except ValueError as exc:
+            raise EnvProtocolError(
+                f"{verb}: reply is not JSON ({exc}): {response.text[:200]!r}", env_url=url
+            ) from None
+
+    async def reset(self, **kwargs: Any) -> StepResult:
+        """``POST /reset`` with the kwargs as the body."""
+        body = await self._call("POST", "/reset", kwargs, "reset")
+        return parse_step_payload(body, f"reset reply from {self.base_url}")
+
+    async def step(self, action: dict[str, Any]) -> StepResult:
+        """``POST /step`` with ``{"action": action}``."""
+        body = await self._call("POST", "/step", {"action": action}, "step")
+        return parse_step_payload(body, f"step reply from {self.base_url}")
+
+    async def state(self) -> dict[str, Any]:
+        """``GET /state``."""
+        body = await self._call("GET", "/state", None, "state")
+        if not isinstance(body, dict):
+            raise EnvProtocolError(f"state: expected an object, got {body!r:.200}")
+        return body
+
+    async def close(self) -> None:
+        """Forget the session (HTTP has nothing to close)."""
+        self._closed = True
+
+
+async def fetch_json(
+    http: httpx.AsyncClient,
+    base_url: str,
+    path: str,
+    *,
+    timeout: float = 10.0,
+    max_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+) -> Any:
+    """GET ``base_url + path`` and return its JSON body.
+
+    Raises:
+        EnvConnectError: The server cannot be reached or answers an HTTP error.
+        EnvTimeout: No answer within ``timeout``.
+        EnvProtocolError: The body is not JSON or is too large.
+    """
+    url = split_base_url(base_url)[0] + path
+    try:
+        async with asyncio.timeout(timeout):
+            async with http.stream("GET", url) as response:
+                body = b""
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise EnvProtocolError(
+                            f"GET {url}: body larger than {max_bytes} bytes", env_url=url
+                        )
+    except TimeoutError:
+        raise EnvTimeout(f"GET {url}: no answer within {timeout:g}s", env_url=url) from None
+    except httpx.HTTPError as exc:
+        raise EnvConnectError(f"GET {url}: {exc}", env_url=url) from None
+    if response.status_code >= 400:
+        raise EnvConnectError(
+            f"GET {url}: HTTP {response.status_code}", env_url=url, code=str(response.status_code)
+        )
+    try:
+        return _loads(body)
+    except ValueError as exc:
+        raise EnvProtocolError(f"GET {url}: body is not JSON ({exc})", env_url=url) from None

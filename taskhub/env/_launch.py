@@ -1,0 +1,407 @@
+"""Resolve an ENV string to running servers: URL, Hub Space, env folder, or built-in env.
+
+Local envs (a folder in OpenEnv layout, or a built-in one) are launched the way OpenEnv runs
+them outside Docker, ``python -m uvicorn server.app:app`` from the folder, on free loopback
+ports, and stopped when the ``EnvHandle`` closes, including on Ctrl-C. On Linux the servers are
+also told to die with their parent, so a killed runner leaves no orphan behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import yaml
+
+from taskhub._errors import EnvConnectError, EnvError, EnvLaunchError, EnvTimeout
+from taskhub._schema import EnvInfo
+from taskhub.env._client import EnvClient, Transport, fetch_json, split_base_url
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a launched server gets to answer ``GET /health``.
+DEFAULT_STARTUP_TIMEOUT_S = 90.0
+
+EnvKind = Literal["url", "space", "folder", "builtin"]
+_SPACE_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def builtin_envs() -> dict[str, Path]:
+    """Return the built-in environments shipped with taskhub, by name."""
+    spec = importlib.util.find_spec("taskhub._envs")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    root = Path(next(iter(spec.submodule_search_locations)))
+    return {p.parent.name: p.parent for p in sorted(root.glob("*/openenv.yaml")) if p.is_file()}
+
+
+def space_url(space_id: str) -> str:
+    """Return the URL a Hub Space ``owner/name`` is served at.
+
+    Lowercased, with every character outside ``[a-z0-9]`` turned into ``-``.
+    """
+    owner, name = space_id.split("/", 1)
+    slug = re.sub(r"[^a-z0-9]", "-", f"{owner}-{name}".lower())
+    return f"https://{slug}.hf.space"
+
+
+@dataclass(frozen=True)
+class EnvTarget:
+    """An ENV string resolved to what it names, before anything is started."""
+
+    spec: str
+    kind: EnvKind
+    url: str | None = None
+    path: Path | None = None
+
+
+def resolve_env(spec: str) -> EnvTarget:
+    """Decide what ``spec`` names, in this order: URL, folder, built-in name, Space id.
+
+    Raises:
+        EnvLaunchError: ``spec`` is none of those (with the closest built-in name).
+    """
+    text = spec.strip()
+    if re.match(r"^(https?|wss?)://", text):
+        split_base_url(text)  # validates
+        return EnvTarget(text, "url", url=text)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return EnvTarget(text, "folder", path=path.resolve())
+    builtins = builtin_envs()
+    if text in builtins:
+        return EnvTarget(text, "builtin", path=builtins[text])
+    if _SPACE_ID.match(text):
+        return EnvTarget(text, "space", url=space_url(text))
+    import difflib
+
+    close = difflib.get_close_matches(text, builtins, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise EnvLaunchError(
+        f"env {text!r} is not a URL, an existing folder, a built-in env "
+        f"({', '.join(builtins) or 'none installed'}) or a Space id (owner/name).{hint}"
+    )
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """Read and check a folder's ``openenv.yaml``.
+
+    Raises:
+        EnvLaunchError: The file is missing, not YAML, or not a mapping.
+    """
+    manifest = folder / "openenv.yaml"
+    if not manifest.is_file():
+        raise EnvLaunchError(f"{folder} has no openenv.yaml: not an OpenEnv env folder")
+    try:
+        data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise EnvLaunchError(f"{manifest} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise EnvLaunchError(f"{manifest} must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def free_port() -> int:
+    """Return a TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    # PR_SET_PDEATHSIG fires when the thread that forked dies: launch from the loop's thread.
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+@dataclass
+class LocalServer:
+    """One launched env server process."""
+
+    folder: Path
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        """Base URL of the server."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_tail(self, lines: int = 20) -> str:
+        """Return the last lines the server printed."""
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Terminate the server, then kill it if it does not exit in time."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+
+
+def launch_server(
+    folder: Path,
+    *,
+    port: int | None = None,
+    max_sessions: int | None = None,
+    log_dir: Path | None = None,
+    python: str | None = None,
+) -> LocalServer:
+    """Start the env in ``folder`` with uvicorn on a loopback port (does not wait for it).
+
+    Args:
+        folder: An OpenEnv env folder (``openenv.yaml`` names the ASGI app).
+        port: Port to bind; a free one when None.
+        max_sessions: Exported as ``MAX_CONCURRENT_ENVS`` for envs that read it.
+        log_dir: Where the server's output goes (a temp dir when None).
+        python: Interpreter to run (this one by default).
+
+    Raises:
+        EnvLaunchError: The manifest is unusable.
+    """
+    manifest = read_manifest(folder)
+    app = manifest.get("app", "server.app:app")
+    if not isinstance(app, str) or ":" not in app:
+        raise EnvLaunchError(f"{folder / 'openenv.yaml'}: app must be 'module:attr', got {app!r}")
+    port = port or free_port()
+    log_dir = log_dir or Path(tempfile.mkdtemp(prefix="taskhub-env-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{folder.name}-{port}.log"
+    env = dict(os.environ)
+    if max_sessions is not None:
+        env["MAX_CONCURRENT_ENVS"] = str(max_sessions)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    argv = [
+        python or sys.executable,
+        "-m",
+        "uvicorn",
+        app,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--ws-max-size",
+        str(16 * 1024 * 1024),
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv,
+            cwd=folder,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+    logger.info("launched %s on port %d (pid %d)", folder.name, port, process.pid)
+    return LocalServer(folder, port, process, log_path)
+
+
+async def wait_healthy(
+    http: httpx.AsyncClient,
+    base_url: str,
+    *,
+    timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
+    server: LocalServer | None = None,
+) -> None:
+    """Poll ``GET /health`` until it answers 200.
+
+    Raises:
+        EnvLaunchError: The launched process exited first.
+        EnvTimeout: No healthy answer within ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if server is not None and server.process.poll() is not None:
+            raise EnvLaunchError(
+                f"env server {server.folder.name} exited with code {server.process.returncode} "
+                f"before becoming healthy. Its output ends with:\n{server.log_tail()}"
+            )
+        try:
+            response = await http.get(base_url + "/health", timeout=5.0)
+            if response.status_code == 200:
+                return
+            last = f"HTTP {response.status_code}"
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+    tail = f" Its output ends with:\n{server.log_tail()}" if server is not None else ""
+    raise EnvTimeout(
+        f"{base_url}/health did not answer 200 within {timeout:g}s (last: {last}).{tail}",
+        env_url=base_url,
+    )
+
+
+async def probe_transport(
+    http: httpx.AsyncClient, base_url: str, *, timeout: float = 15.0
+) -> Transport:
+    """Return ``ws`` when the server has ``/ws``, ``http`` when it only has ``POST /reset``.
+
+    Raises:
+        EnvConnectError: The server has neither.
+    """
+    client = EnvClient(base_url, connect_timeout=timeout)
+    try:
+        await client.connect()
+    except EnvConnectError as exc:
+        if exc.code in ("404", "403", "405"):
+            http_base = split_base_url(base_url)[0]
+            try:
+                spec = await fetch_json(http, http_base, "/openapi.json", timeout=timeout)
+            except (EnvConnectError, EnvTimeout):
+                spec = {}
+            paths = spec.get("paths", {}) if isinstance(spec, dict) else {}
+            if "/reset" in paths and "/step" in paths:
+                logger.warning(
+                    "%s has no /ws: falling back to HTTP, one episode at a time", base_url
+                )
+                return "http"
+            raise EnvConnectError(
+                f"{base_url} has no WebSocket /ws (HTTP {exc.code}) and no POST /reset + /step "
+                "in /openapi.json: it does not serve the OpenEnv protocol",
+                env_url=base_url,
+                code=exc.code,
+            ) from None
+        raise
+    finally:
+        await client.close()
+    return "ws"
+
+
+@dataclass
+class EnvHandle:
+    """Running env servers for a run: resolved, launched if local, probed, described.
+
+    Use as an async context manager; local servers stop on exit::
+
+        async with EnvHandle.open("arith", http=http, replicas=2) as env:
+            print(env.info.urls)
+    """
+
+    target: EnvTarget
+    http: httpx.AsyncClient
+    replicas: int = 1
+    max_sessions: int | None = None
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S
+    headers: dict[str, str] = field(default_factory=dict)
+    log_dir: Path | None = None
+    servers: list[LocalServer] = field(default_factory=list)
+    info: EnvInfo | None = None
+
+    @classmethod
+    def open(
+        cls,
+        spec: str,
+        *,
+        http: httpx.AsyncClient,
+        replicas: int = 1,
+        max_sessions: int | None = None,
+        headers: dict[str, str] | None = None,
+        log_dir: Path | None = None,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
+    ) -> EnvHandle:
+        """Resolve ``spec``; servers start when the handle is entered."""
+        return cls(
+            resolve_env(spec),
+            http,
+            replicas=replicas,
+            max_sessions=max_sessions,
+            headers=dict(headers or {}),
+            log_dir=log_dir,
+            startup_timeout=startup_timeout,
+        )
+
+    async def __aenter__(self) -> EnvHandle:
+        try:
+            await self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    async def start(self) -> EnvInfo:
+        """Launch local servers (if any), wait for health, probe the transport, read metadata."""
+        target = self.target
+        if target.kind in ("folder", "builtin"):
+            assert target.path is not None
+            if target.kind == "builtin" and importlib.util.find_spec("openenv") is None:
+                raise EnvLaunchError(
+                    f"built-in env {target.spec!r} needs the OpenEnv server library: "
+                    "pip install 'taskhub-openenv[envs]'"
+                )
+            self.servers = [
+                launch_server(target.path, max_sessions=self.max_sessions, log_dir=self.log_dir)
+                for _ in range(self.replicas)
+            ]
+            await asyncio.gather(
+                *(
+                    wait_healthy(self.http, s.url, timeout=self.startup_timeout, server=s)
+                    for s in self.servers
+                )
+            )
+            urls = [s.url for s in self.servers]
+        else:
+            assert target.url is not None
+            urls = [split_base_url(target.url)[0]]
+        transport = await probe_transport(self.http, urls[0])
+        metadata = await _optional_json(self.http, urls[0], "/metadata")
+        schema = await _optional_json(self.http, urls[0], "/schema")
+        action_schema = schema.get("action") if isinstance(schema, dict) else None
+        self.info = EnvInfo(
+            spec=target.spec,
+            kind=target.kind,
+            urls=urls,
+            transport=transport,
+            metadata=metadata if isinstance(metadata, dict) else None,
+            action_schema=action_schema if isinstance(action_schema, dict) else None,
+            path=str(target.path) if target.path else None,
+        )
+        return self.info
+
+    def stop(self) -> None:
+        """Stop every server this handle launched."""
+        for server in self.servers:
+            server.stop()
+
+
+async def _optional_json(http: httpx.AsyncClient, base_url: str, path: str) -> Any:
+    try:
+        return await fetch_json(http, base_url, path)
+    except EnvError as exc:
+        logger.info("%s%s unavailable: %s", base_url, path, exc)
+        return None

@@ -1,0 +1,128 @@
+"""The model backend contract, and turning a MODEL string into a backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from taskhub._errors import ConfigError
+from taskhub._registry import registry
+from taskhub._schema import ChatMessage, JsonObject, SamplingParams, Task, Usage
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    """What the agent loop knows at a turn, for backends that act without a language model.
+
+    Attributes:
+        task: The task being run (its answer included: LLM backends must ignore it).
+        observation: The latest observation.
+        action_schema: The env's action JSON schema, when the server publishes one.
+        step: 0-based step index.
+        episode_seed: Seed of this episode, for policies that draw random actions.
+    """
+
+    task: Task
+    observation: dict[str, Any]
+    action_schema: dict[str, Any] | None
+    step: int
+    episode_seed: int
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One model call: the conversation so far and how to sample."""
+
+    messages: list[ChatMessage]
+    params: SamplingParams
+    context: TurnContext
+
+
+@dataclass
+class Generation:
+    """A model's reply."""
+
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Options every backend factory receives (each uses those that apply to it).
+
+    Attributes:
+        base_url: Endpoint of remote backends.
+        api_key: Credential of remote backends (never recorded).
+        timeout_s: Hard deadline of one ``generate`` call, retries included.
+        max_retries: Retries of transient failures (429, 5xx, timeouts).
+    """
+
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout_s: float = 120.0
+    max_retries: int = 4
+
+
+class ModelBackend(Protocol):
+    """A model that turns a conversation into a reply.
+
+    A minimal backend, registered for model strings ``echo/NAME``::
+
+        from taskhub import model_backend
+        from taskhub.models import Generation, GenerateRequest, ModelOptions
+
+        class Echo:
+            details: dict = {}
+            async def generate(self, request: GenerateRequest) -> Generation:
+                return Generation(text=request.messages[-1].content)
+            async def aclose(self) -> None:
+                pass
+
+        @model_backend("echo")
+        def echo(name: str, options: ModelOptions) -> Echo:
+            return Echo()
+    """
+
+    #: Provenance recorded in ``run.json`` (weights file and hash, server version...).
+    details: JsonObject
+
+    async def generate(self, request: GenerateRequest) -> Generation:
+        """Return the model's reply to ``request.messages``.
+
+        Raises:
+            ModelError: The model could not answer (after the backend's own retries).
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections or weights."""
+        ...
+
+
+def split_model_spec(spec: str) -> tuple[str, str]:
+    """Split ``provider/model`` into its parts.
+
+    Raises:
+        ConfigError: ``spec`` has no provider part.
+    """
+    provider, sep, name = spec.partition("/")
+    if not sep or not provider or not name:
+        raise ConfigError(
+            f"model {spec!r} is not 'provider/model' (e.g. openai/gpt-4o-mini, "
+            "local/smollm2-135m, scripted/oracle)"
+        )
+    return provider, name
+
+
+def load_model(spec: str, options: ModelOptions | None = None) -> ModelBackend:
+    """Create the backend for a MODEL string through the registry.
+
+    Raises:
+        UnknownPluginError: No backend is registered for the provider.
+        ConfigError: The backend rejects the model name or options.
+    """
+    provider, name = split_model_spec(spec)
+    factory = registry.lookup("model", provider).factory
+    backend: ModelBackend = factory(name, options or ModelOptions())
+    return backend

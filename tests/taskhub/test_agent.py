@@ -1,0 +1,116 @@
+"""Turning model replies into actions, and rendering prompts."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from taskhub import AgentFormatError, ConfigError, TasksetCard, parse_action
+from taskhub._agent import Templates, observation_text
+
+ANSWER = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "metadata": {"type": "object"}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+MOVE = {
+    "type": "object",
+    "properties": {
+        "move": {"type": "string", "enum": ["up", "down", "left", "right"]},
+        "metadata": {"type": "object"},
+    },
+    "required": ["move"],
+    "additionalProperties": False,
+}
+TWO_FIELDS = {
+    "type": "object",
+    "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+    "required": ["x", "y"],
+}
+
+CASES = [
+    ("answer-plain", ANSWER, "42", {"answer": "42"}),
+    ("answer-sentence", ANSWER, "12 + 30 = 42", {"answer": "12 + 30 = 42"}),
+    ("answer-json", ANSWER, '{"answer": "7"}', {"answer": "7"}),
+    ("answer-fenced", ANSWER, 'Sure:\n```json\n{"answer": "7"}\n```', {"answer": "7"}),
+    ("answer-fenced-text", ANSWER, "```\n7\n```", {"answer": "7"}),
+    ("move-json", MOVE, '{"move": "up"}', {"move": "up"}),
+    ("move-embedded", MOVE, 'I think {"move": "left"} is best', {"move": "left"}),
+    ("move-word", MOVE, "I will go down.", {"move": "down"}),
+    ("two-json", TWO_FIELDS, 'x and y: {"x": 1, "y": 2}', {"x": 1, "y": 2}),
+    (
+        "nested-braces",
+        TWO_FIELDS,
+        'noise {"x": 1, "y": 2, "z": {"w": "}"}}',
+        {"x": 1, "y": 2, "z": {"w": "}"}},
+    ),
+    ("no-schema", None, '{"anything": [1]}', {"anything": [1]}),
+]
+
+
+@pytest.mark.parametrize(
+    ("schema", "reply", "action"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_replies_become_valid_actions(schema: dict | None, reply: str, action: dict) -> None:
+    assert parse_action(reply, schema) == action
+
+
+BAD = [
+    ("empty", ANSWER, "   ", "reply is empty"),
+    ("move-two-words", MOVE, "up or down?", "reply is not a JSON object"),
+    ("move-invalid", MOVE, '{"move": "north"}', "'north' is not one of"),
+    ("missing-field", TWO_FIELDS, '{"x": 1}', "'y' is a required property"),
+    ("wrong-type", TWO_FIELDS, '{"x": "1", "y": 2}', "x: '1' is not of type 'integer'"),
+    ("prose", TWO_FIELDS, "I would pick one and two", "reply is not a JSON object"),
+]
+
+
+@pytest.mark.parametrize(
+    ("schema", "reply", "message"), [c[1:] for c in BAD], ids=[c[0] for c in BAD]
+)
+def test_unusable_replies_say_why(schema: dict, reply: str, message: str) -> None:
+    with pytest.raises(AgentFormatError, match=re.escape(message)) as info:
+        parse_action(reply, schema)
+    assert info.value.reply == reply
+
+
+def test_observation_text_hides_protocol_fields() -> None:
+    text = observation_text(
+        {
+            "question": "What is 2+2?",
+            "done": False,
+            "reward": None,
+            "metadata": {},
+            "grid": "#.\n.A",
+            "legal": ["up"],
+        }
+    )
+    assert text == 'question: What is 2+2?\ngrid:\n#.\n.A\nlegal: ["up"]'
+
+
+def test_card_templates_render_in_a_sandbox() -> None:
+    card = TasksetCard(prompt_template="Q: {{ observation.question }} ({{ task.task_id }})")
+    templates = Templates.from_card(card)
+    assert (
+        templates.render("first", observation={"question": "2+2?"}, task={"task_id": "t1"})
+        == "Q: 2+2? (t1)"
+    )
+    sneaky = Templates.from_card(TasksetCard(prompt_template="{{ ''.__class__.__mro__ }}"))
+    with pytest.raises(ConfigError, match="template failed to render"):
+        sneaky.render("first")
+
+
+def test_broken_template_fails_at_load() -> None:
+    with pytest.raises(ConfigError, match="template does not compile"):
+        Templates.from_card(TasksetCard(step_template="{% if %}"))
+
+
+def test_default_system_prompt_shows_the_schema_without_metadata() -> None:
+    templates = Templates.from_card(TasksetCard())
+    text = templates.render("system", text_field=None, action_schema_json='{"move": "..."}')
+    assert "JSON object" in text and '{"move": "..."}' in text
+    assert templates.render("system", text_field="answer", action_schema_json="{}").endswith(
+        "Reply with your answer only."
+    )

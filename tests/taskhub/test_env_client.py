@@ -1,0 +1,224 @@
+"""The OpenEnv client against scriptable servers on loopback: dialects, errors, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import httpx
+import pytest
+
+from taskhub import (
+    EnvCapacityError,
+    EnvClosedError,
+    EnvConnectError,
+    EnvExecutionError,
+    EnvProtocolError,
+    EnvTimeout,
+)
+from taskhub.env import EnvClient, HttpEnvSession, probe_transport, space_url, split_base_url
+from tests.servers import CLOSE, FakeEnv, error, free_port, observation
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize("dialect", ["0.3", "0.10"])
+async def test_episode_in_both_dialects(dialect: str) -> None:
+    with FakeEnv(dialect=dialect) as env:
+        async with EnvClient(env.url) as client:
+            first = await client.reset(seed=7, episode_id="ep-1")
+            assert first.observation["question"] == "say 7"
+            assert first.reward is None and first.done is False
+            assert (first.metadata is None) == (dialect == "0.3")
+            result = await client.step({"answer": "7"})
+            assert result.reward == 1.0 and result.done is True
+            state = await client.state()
+            assert state == {"episode_id": "ep-1", "step_count": 1}
+        # the client sent exactly the protocol frames, action unwrapped
+        assert env.frames[0] == {"type": "reset", "data": {"seed": 7, "episode_id": "ep-1"}}
+        assert env.frames[1] == {"type": "step", "data": {"answer": "7"}}
+        assert env.frames[-1] == {"type": "close"}
+
+
+@pytest.mark.parametrize(
+    ("reward", "expected"), [(None, None), (True, 1.0), (3, 3.0), (0.25, 0.25)]
+)
+async def test_reward_may_be_null_bool_int_or_float(reward: object, expected: float | None) -> None:
+    with FakeEnv(on_step=lambda s, d: observation({}, reward, True)) as env:
+        async with EnvClient(env.url) as client:
+            await client.reset()
+            assert (await client.step({"answer": "x"})).reward == expected
+
+
+@pytest.mark.parametrize(
+    ("code", "exc_type", "session_usable"),
+    [
+        ("VALIDATION_ERROR", EnvProtocolError, True),
+        ("EXECUTION_ERROR", EnvExecutionError, True),
+        ("UNKNOWN_TYPE", EnvProtocolError, True),
+        ("SESSION_ERROR", EnvClosedError, False),
+        ("FACTORY_ERROR", EnvClosedError, False),
+    ],
+)
+async def test_error_frames_map_to_typed_errors(
+    code: str, exc_type: type[Exception], session_usable: bool
+) -> None:
+    calls = {"n": 0}
+
+    def step(session, data):
+        calls["n"] += 1
+        return error(code, "it broke") if calls["n"] == 1 else observation({}, 1.0, True)
+
+    with FakeEnv(on_step=step) as env:
+        async with EnvClient(env.url) as client:
+            await client.reset()
+            with pytest.raises(exc_type, match=re.escape(f"step failed: {code}: it broke")) as info:
+                await client.step({"answer": "1"})
+            assert info.value.code == code
+            if session_usable:
+                assert (await client.step({"answer": "1"})).reward == 1.0
+            else:
+                with pytest.raises(EnvClosedError, match="session is closed"):
+                    await client.step({"answer": "1"})
+
+
+async def test_capacity_reached_before_first_send_is_back_pressure() -> None:
+    with FakeEnv(capacity=1) as env:
+        async with EnvClient(env.url) as first:
+            await first.reset()
+            async with EnvClient(env.url) as second:
+                with pytest.raises(EnvCapacityError, match="CAPACITY_REACHED") as info:
+                    await second.reset()
+                assert info.value.retryable
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        ("this is not json", "not JSON"),
+        ("[1, 2, 3]", "non-object frame"),
+        (b"\x00\x01binary", "binary frame"),
+        ('{"type": "observation", "data": {"observation": "nope"}}', "must be an object"),
+        ('{"type": "observation", "data": {"observation": {}, "done": "yes"}}', "done must be"),
+        ('{"type": "observation", "data": {"observation": {}, "reward": NaN}}', "NaN"),
+        ('{"type": "observation", "data": {"observation": {}, "reward": "high"}}', "reward must"),
+        ('{"type": "state", "data": {}}', "expected an observation frame"),
+    ],
+    ids=[
+        "text",
+        "array",
+        "binary",
+        "obs-not-object",
+        "done-not-bool",
+        "nan",
+        "reward-str",
+        "wrong-type",
+    ],
+)
+async def test_garbage_frames_are_protocol_errors(reply: object, message: str) -> None:
+    with FakeEnv(on_step=lambda s, d: reply) as env:
+        async with EnvClient(env.url) as client:
+            await client.reset()
+            with pytest.raises(EnvProtocolError, match=re.escape(message)):
+                await client.step({"answer": "1"})
+
+
+async def test_server_closing_mid_episode() -> None:
+    with FakeEnv(on_step=lambda s, d: CLOSE) as env:
+        async with EnvClient(env.url) as client:
+            await client.reset()
+            with pytest.raises(EnvClosedError, match="closed the session") as info:
+                await client.step({"answer": "1"})
+            assert info.value.retryable
+
+
+async def test_hanging_server_times_out_and_socket_is_dropped() -> None:
+    with FakeEnv(on_step=lambda s, d: None) as env:
+        client = EnvClient(env.url, timeout=0.3)
+        async with client:
+            await client.reset()
+            with pytest.raises(EnvTimeout, match=r"no reply .* within 0.3s"):
+                await client.step({"answer": "1"})
+            # a late reply must never be read as the answer to the next request
+            with pytest.raises(EnvClosedError):
+                await client.state()
+
+
+async def test_multi_megabyte_frame_is_refused() -> None:
+    huge = observation({"blob": "x" * (3 * 1024 * 1024)}, 0.0, True)
+    with FakeEnv(on_step=lambda s, d: huge) as env:
+        async with EnvClient(env.url, max_frame_bytes=1024 * 1024) as client:
+            await client.reset()
+            with pytest.raises(EnvProtocolError, match="larger than 1048576 bytes"):
+                await client.step({"answer": "1"})
+
+
+async def test_refused_connection_names_the_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(
+        EnvConnectError, match=re.escape(f"cannot connect to {url}/ws".replace("http", "ws"))
+    ):
+        async with EnvClient(url, connect_timeout=2) as client:
+            await client.reset()
+
+
+async def test_closed_client_cannot_reopen() -> None:
+    with FakeEnv() as env:
+        client = EnvClient(env.url)
+        async with client:
+            await client.reset()
+        with pytest.raises(RuntimeError, match="Cannot reopen"):
+            await client.connect()
+
+
+async def test_http_only_server_is_probed_and_driven_over_http() -> None:
+    with FakeEnv(ws=False) as env:
+        async with httpx.AsyncClient() as http:
+            assert await probe_transport(http, env.url) == "http"
+            async with HttpEnvSession(env.url, http=http) as session:
+                first = await session.reset(seed=5)
+                assert first.observation["question"] == "say 5"
+                result = await session.step({"answer": "5"})
+                assert result.reward == 1.0 and result.done
+
+
+async def test_ws_server_is_probed_as_ws() -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http:
+            assert await probe_transport(http, env.url) == "ws"
+
+
+async def test_slow_env_does_not_block_other_sessions() -> None:
+    async def slow_step(session, data):
+        await asyncio.sleep(0.5)
+        return observation({}, 1.0, True)
+
+    with FakeEnv(on_step=slow_step) as env:
+
+        async def one() -> float | None:
+            async with EnvClient(env.url) as client:
+                await client.reset()
+                return (await client.step({"answer": "1"})).reward
+
+        started = asyncio.get_running_loop().time()
+        rewards = await asyncio.gather(*(one() for _ in range(6)))
+        assert rewards == [1.0] * 6
+        assert asyncio.get_running_loop().time() - started < 2.5
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://h:1", ("http://h:1", "ws://h:1/ws")),
+        ("https://x.hf.space/", ("https://x.hf.space", "wss://x.hf.space/ws")),
+        ("ws://h:1/ws", ("http://h:1", "ws://h:1/ws")),
+        ("wss://h/prefix/ws", ("https://h/prefix", "wss://h/prefix/ws")),
+        ("http://h/prefix", ("http://h/prefix", "ws://h/prefix/ws")),
+    ],
+)
+def test_split_base_url(url: str, expected: tuple[str, str]) -> None:
+    assert split_base_url(url) == expected
+
+
+def test_space_url() -> None:
+    assert space_url("OpenEnv/Echo_Env.v2") == "https://openenv-echo-env-v2.hf.space"

