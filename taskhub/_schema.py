@@ -561,3 +561,75 @@ class RunManifest(BaseModel):
     """Start time of each session that wrote episodes (more than one after ``--resume``)."""
     parent_run: str | None = None
     """Run this one was derived from (``taskhub rescore``)."""
+
+
+#: Result of one validation check (RFC 008 vocabulary).
+CheckStatus = Literal["pass", "fail", "skip", "error"]
+#: What a failed check means for the verdict, per the severity policy.
+Severity = Literal["fail", "warn", "advisory"]
+#: The verdict of a validation: exit code 0 for pass and warn, 1 fail, 2 unsupported, 3 error.
+Verdict = Literal["pass", "warn", "fail", "unsupported", "error"]
+CheckLevel = Literal["static", "protocol", "runtime", "taskset", "semantic", "statistical"]
+
+
+class CheckResult(BaseModel):
+    """The outcome of one environment check."""
+
+    model_config = _MODEL_CONFIG
+
+    id: str
+    """Stable check id, RFC 008's where one exists (``runtime.seed_control``)."""
+    level: CheckLevel
+    """Which level of validation the check belongs to."""
+    status: CheckStatus
+    """``pass``, ``fail``, ``skip`` (not applicable or not asked for) or ``error`` (the check
+    itself could not run)."""
+    severity: Severity
+    """What a failure of this check weighs, from the severity policy."""
+    summary: str
+    """One sentence saying what was found."""
+    measured: JsonObject = Field(default_factory=dict)
+    """Measured values (latencies, counts, rates...)."""
+    evidence: list[JsonValue] = Field(default_factory=list)
+    """Raw frames, file excerpts or observations that prove the finding."""
+    remediation: str | None = None
+    """What the env author should do, when the check did not pass."""
+    duration_s: float = 0.0
+    """Seconds the check took."""
+
+
+class ValidationReport(BaseModel):
+    """The report card of one environment: every check, and the verdict the policy gives."""
+
+    model_config = _MODEL_CONFIG
+
+    schema_version: int = SCHEMA_VERSION
+    """Format version."""
+    target: str
+    """The env as given: a folder, a URL, or a git URL at a commit."""
+    target_kind: Literal["folder", "url", "git", "builtin"]
+    """What the target is."""
+    name: str
+    """Name of the submission (the env's name when no batch name was given)."""
+    env_metadata: JsonObject | None = None
+    """What ``GET /metadata`` returned."""
+    taskset: TasksetRef | None = None
+    """The taskset the taskset, semantic and statistical checks used."""
+    model: str | None = None
+    """The model of the statistical checks."""
+    policy: dict[str, str] = Field(default_factory=dict)
+    """Name and version of the severity policy that gave the verdict."""
+    verdict: Verdict
+    """The outcome."""
+    exit_code: int
+    """0 pass or warn, 1 fail, 2 unsupported target, 3 internal error."""
+    checks: list[CheckResult] = Field(default_factory=list)
+    """Every check, in the order it ran."""
+    started_at: datetime
+    """When validation started (UTC)."""
+    duration_s: float
+    """Wall-clock seconds."""
+    taskhub_version: str
+    """Version of taskhub that validated."""
+    error: ErrorInfo | None = None
+    """The internal error, for verdict ``error``."""
