@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from jinja2 import StrictUndefined, TemplateError
+from jinja2 import StrictUndefined, Template, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
 from taskhub._errors import AgentFormatError, ConfigError, EnvProtocolError
@@ -68,9 +69,11 @@ def observation_text(observation: dict[str, Any]) -> str:
     for key, value in observation.items():
         if key in _HIDDEN_FIELDS or value is None:
             continue
-        if isinstance(value, str) and "\n" in value:
-            lines.append(f"{key}:\n{value}")
-        elif isinstance(value, str):
+        if isinstance(value, str):
+            lines.append(f"{key}:\n{value}" if "\n" in value else f"{key}: {value}")
+        elif isinstance(value, bool):
+            lines.append(f"{key}: {'true' if value else 'false'}")
+        elif isinstance(value, int):
             lines.append(f"{key}: {value}")
         else:
             lines.append(f"{key}: {json.dumps(value, ensure_ascii=False)}")
@@ -90,11 +93,12 @@ def public_action_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None
 
 @dataclass
 class Templates:
-    """The compiled prompt templates of a taskset."""
+    """The prompt templates of a taskset, compiled once."""
 
     system: str
     first: str
     step: str
+    _compiled: dict[str, Template] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_card(cls, card: TasksetCard) -> Templates:
@@ -108,9 +112,9 @@ class Templates:
             card.prompt_template or DEFAULT_PROMPT_TEMPLATE,
             card.step_template or DEFAULT_STEP_TEMPLATE,
         )
-        for name, source in vars(templates).items():
+        for name in ("system", "first", "step"):
             try:
-                _jinja.from_string(source)
+                templates._compiled[name] = _jinja.from_string(getattr(templates, name))
             except TemplateError as exc:
                 raise ConfigError(f"taskset card {name} template does not compile: {exc}") from None
         return templates
@@ -121,9 +125,8 @@ class Templates:
         Raises:
             ConfigError: The template fails (an undefined variable, a sandbox violation).
         """
-        source = getattr(self, which)
         try:
-            return _jinja.from_string(source).render(**variables).strip()
+            return self._compiled[which].render(**variables).strip()
         except TemplateError as exc:
             raise ConfigError(f"{which} template failed to render: {exc}") from None
 
@@ -131,9 +134,9 @@ class Templates:
 def parse_action(reply: str, schema: dict[str, Any] | None) -> dict[str, Any]:
     """Turn a model reply into an action that satisfies ``schema``.
 
-    Tries, in order: the whole reply as a JSON object; a fenced JSON block; the first JSON object
-    in the text; for a single-string-field action, the plain text; for a single enum field, the
-    one option the reply names.
+    Tries, in order, and returns the first reading that satisfies the schema: the whole reply as
+    a JSON object; a fenced JSON block; a JSON object inside the text; for a single-string-field
+    action, the plain text; for a single enum field, the one option the reply names.
 
     Raises:
         AgentFormatError: No reading of the reply gives a valid action.
@@ -141,43 +144,70 @@ def parse_action(reply: str, schema: dict[str, Any] | None) -> dict[str, Any]:
     text = reply.strip()
     if not text:
         raise AgentFormatError("reply is empty", reply=reply)
-    candidates: list[dict[str, Any]] = []
-    for chunk in [text, *(_FENCE.findall(text)), *_json_objects(text)]:
+    first_error = ""
+    found_object = False
+    for candidate in _readings(text, schema):
+        found_object = True
+        error = validate_action(candidate, schema)
+        if error is None:
+            return candidate
+        first_error = first_error or error
+    if not found_object:
+        raise AgentFormatError(f"reply is not a JSON object: {_clip(text)!r}", reply=reply)
+    raise AgentFormatError(f"action does not match the action schema: {first_error}", reply=reply)
+
+
+def _readings(text: str, schema: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
+    """Yield the possible actions a reply can be read as, most literal first (lazily)."""
+    field = text_field(schema)
+    had_field = False
+
+    def objects() -> Iterator[str]:
+        yield text
+        yield from _FENCE.findall(text)
+        yield from _json_objects(text)
+
+    for chunk in objects():
         try:
             value = json.loads(chunk)
         except (json.JSONDecodeError, ValueError):
             continue
         if isinstance(value, dict):
-            candidates.append(value)
-    field = text_field(schema)
-    if field is not None:
-        props = action_properties(schema)
-        if not any(field in c for c in candidates) and "enum" not in props[field]:
-            candidates.append({field: _unfence(text)})
+            had_field = had_field or (field is not None and field in value)
+            yield value
+    if field is not None and not had_field and "enum" not in action_properties(schema)[field]:
+        yield {field: _unfence(text)}
     enum_action = _enum_action(text, schema)
     if enum_action is not None:
-        candidates.append(enum_action)
-    if not candidates:
-        raise AgentFormatError(f"reply is not a JSON object: {_clip(text)!r}", reply=reply)
-    first_error = ""
-    for candidate in candidates:
-        error = validate_action(candidate, schema)
-        if error is None:
-            return candidate
-        first_error = first_error or error
-    raise AgentFormatError(f"action does not match the action schema: {first_error}", reply=reply)
+        yield enum_action
 
 
 def validate_action(action: dict[str, Any], schema: dict[str, Any] | None) -> str | None:
     """Return why ``action`` does not satisfy ``schema``, or None when it does."""
     if not schema:
         return None
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _validator(schema)
+    if validator.is_valid(action):
+        return None
     error = jsonschema.exceptions.best_match(validator.iter_errors(action))
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)
     return f"{where + ': ' if where else ''}{error.message}"
+
+
+_VALIDATORS: dict[int, tuple[dict[str, Any], jsonschema.Draft202012Validator]] = {}
+
+
+def _validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
+    # Built once per schema object: a run validates every action against the same schema.
+    cached = _VALIDATORS.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        if len(_VALIDATORS) > 64:
+            _VALIDATORS.clear()
+        cached = (schema, jsonschema.Draft202012Validator(schema))
+        _VALIDATORS[id(schema)] = cached
+    return cached[1]
 
 
 def _unfence(text: str) -> str:
@@ -292,7 +322,7 @@ async def run_episode(
             "step": index,
         }
         trace.messages.append(
-            ChatMessage(
+            ChatMessage.model_construct(
                 role="user", content=templates.render("first" if index == 0 else "step", **turn)
             )
         )
@@ -312,8 +342,10 @@ async def run_episode(
             ) from None
         latency = time.perf_counter() - started
         trace.env_time_s += latency
+        # Everything here is already typed (the observation came out of json.loads), so the
+        # record is built without re-validating it: this loop is the runner's hot path.
         trace.steps.append(
-            StepRecord(
+            StepRecord.model_construct(
                 index=index,
                 action=action,
                 observation=result.observation,

@@ -111,6 +111,12 @@ class BoundReward:
         """Whether the reward needs the live env (it cannot re-score stored runs)."""
         return bool(self.entry.attrs.get("stateful", False))
 
+    @property
+    def range(self) -> tuple[float, float] | None:
+        """The values the reward declares it returns (``@reward(..., range=(0, 1))``), if any."""
+        declared = self.entry.attrs.get("range")
+        return None if declared is None else (float(declared[0]), float(declared[1]))
+
 
 def build_reward(spec: RewardSpec | str) -> BoundReward:
     """Create the reward plugin a spec names.
@@ -220,9 +226,20 @@ async def score_episode(
                 error=f"reward {spec.text!r} returned {value!r} for task {episode.task_id!r}: "
                 "not a finite number",
             )
+        declared = bound.range
+        if declared is not None and not declared[0] <= value <= declared[1]:
+            return component(
+                None,
+                details=details,
+                error=f"reward {spec.text!r} returned {value!r} for task {episode.task_id!r}: "
+                f"outside its declared range [{declared[0]:g}, {declared[1]:g}]",
+            )
         return component(float(value), details=details)
 
-    components = list(await asyncio.gather(*(one(b) for b in rewards)))
+    if len(rewards) == 1:  # the common case: no task to schedule
+        components = [await one(rewards[0])]
+    else:
+        components = list(await asyncio.gather(*(one(b) for b in rewards)))
     errors = [c.error for c in components if c.error]
     if errors:
         return components, None, errors[0]

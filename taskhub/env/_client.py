@@ -203,6 +203,7 @@ class EnvClient:
         self.connect_timeout = connect_timeout
         self.max_frame_bytes = max_frame_bytes
         self._headers = headers or {}
+        self._loopback = urlsplit(self.ws_url).hostname in ("127.0.0.1", "localhost", "::1")
         self._ws: ClientConnection | None = None
         self._state: Literal["unopened", "open", "closed"] = "unopened"
         self.last_latency_s = 0.0
@@ -233,6 +234,8 @@ class EnvClient:
                 compression=None,
                 additional_headers=self._headers or None,
                 close_timeout=2,
+                # no proxy lookup (it reads the environment on every connect) for loopback
+                proxy=None if self._loopback else True,
             )
         except InvalidStatus as exc:
             status = exc.response.status_code
