@@ -122,3 +122,22 @@ def test_env_and_taskset_listing() -> None:
     tasksets = runner.invoke(app, ["taskset", "list", "--json"])
     rows = {t["name"]: t for t in json.loads(tasksets.stdout)}
     assert rows["arith"]["env"] == "arith" and rows["arith"]["splits"]["test"] >= 100
+
+
+def test_progress_bar_draws_and_counts_errors(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "scripted/noop",
+            "auto",
+            "arith",
+            "--limit",
+            "3",
+            "--progress",
+            "-o",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "episodes" in result.stderr and "3/3" in result.stderr

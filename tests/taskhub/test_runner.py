@@ -387,3 +387,66 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:
         return f.read().split()[2] != "Z"
+
+
+def test_replicas_spread_episodes_over_launched_servers(tmp_path: Path) -> None:
+    result = evaluate(
+        EvalConfig(model="scripted/oracle", taskset="arith", limit=12, concurrency=4, replicas=2),
+        output_dir=tmp_path,
+    )
+    assert result.manifest.env is not None and len(result.manifest.env.urls) == 2
+    assert len({u for u in result.manifest.env.urls}) == 2
+    assert result.summary.mean_reward == 1.0 and result.summary.n_episodes == 12
+    logs = sorted((result.run_dir / "env-logs").glob("*.log"))
+    assert len(logs) == 2
+
+
+def test_env_folder_on_disk_is_launched(tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "my_env"
+    shutil.copytree(
+        builtin_envs()["gridworld"], folder, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    result = evaluate(
+        EvalConfig(model="scripted/oracle", taskset="gridworld", env=str(folder), limit=3),
+        output_dir=tmp_path / "runs",
+    )
+    assert result.manifest.env is not None and result.manifest.env.kind == "folder"
+    assert result.manifest.env.path == str(folder)
+    assert result.summary.mean_reward == 1.0
+
+
+def test_http_only_env_runs_one_episode_at_a_time(tmp_path: Path) -> None:
+    taskset = write_taskset(tmp_path / "ts", 5)
+    with FakeEnv(ws=False) as env:
+        result = evaluate(
+            EvalConfig(model="scripted/oracle", taskset=str(taskset), env=env.url, concurrency=4),
+            output_dir=tmp_path,
+        )
+    assert result.manifest.env is not None and result.manifest.env.transport == "http"
+    assert result.summary.mean_reward == 1.0 and result.summary.n_episodes == 5
+
+
+def test_hanging_env_is_an_infra_error_after_retries(tmp_path: Path) -> None:
+    taskset = write_taskset(tmp_path / "ts", 2)
+
+    def step(session, data):
+        return None if session.target == 1 else observation({}, 1.0, True)
+
+    with FakeEnv(on_step=step) as env:
+        result = evaluate(
+            EvalConfig(
+                model="scripted/oracle",
+                taskset=str(taskset),
+                env=env.url,
+                step_timeout_s=0.3,
+                max_retries=1,
+            ),
+            output_dir=tmp_path,
+        )
+    by_id = {r.task_id: r for r in read_results(result.run_dir)}
+    assert by_id["t000"].outcome == "scored"
+    assert by_id["t001"].outcome == "infra_error" and by_id["t001"].attempts == 2
+    assert by_id["t001"].error is not None and by_id["t001"].error.type == "EnvTimeout"
+    assert by_id["t001"].initial_observation == {"question": "say 1", "metadata": {}}
