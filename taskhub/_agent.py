@@ -52,6 +52,9 @@ DEFAULT_STEP_TEMPLATE = """\
 {% endif -%}
 {{ observation_text }}"""
 
+#: The taskset card field behind each template, for error messages.
+CARD_FIELDS = {"system": "system_prompt", "first": "prompt_template", "step": "step_template"}
+
 FORMAT_RETRY_MESSAGE = (
     "Your reply could not be used as an action: {error}\nReply again with only the action."
 )
@@ -116,7 +119,9 @@ class Templates:
             try:
                 templates._compiled[name] = _jinja.from_string(getattr(templates, name))
             except TemplateError as exc:
-                raise ConfigError(f"taskset card {name} template does not compile: {exc}") from None
+                raise ConfigError(
+                    f"taskset card {CARD_FIELDS[name]} does not compile: {exc}"
+                ) from None
         return templates
 
     def render(self, which: str, **variables: Any) -> str:
@@ -128,7 +133,9 @@ class Templates:
         try:
             return self._compiled[which].render(**variables).strip()
         except TemplateError as exc:
-            raise ConfigError(f"{which} template failed to render: {exc}") from None
+            raise ConfigError(
+                f"taskset card {CARD_FIELDS[which]} failed to render: {exc}"
+            ) from None
 
 
 def parse_action(reply: str, schema: dict[str, Any] | None) -> dict[str, Any]:

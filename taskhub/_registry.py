@@ -139,9 +139,13 @@ class Registry:
         """
         entry = self.lookup(kind, name)
         plugin = entry.factory(**args)
-        version = entry.attrs.get("version")
-        if callable(version):
-            version = version()
+        # A plugin built for one spec may know its version better than its entry does: the
+        # user package a `python:` reward imports, the model and parameters of a judge.
+        version = getattr(plugin, "plugin_version", None)
+        if not isinstance(version, str):
+            version = entry.attrs.get("version")
+            if callable(version):
+                version = version()
         spec = PluginSpec(kind=kind, name=name, args=_jsonable(args), version=version)
         return plugin, spec
 
@@ -202,7 +206,9 @@ def reward(
         override: Replace an existing reward of that name.
         spec_arg: Keyword of the factory that receives ``ARG`` in ``NAME:ARG``.
         **attrs: Entry attributes: ``stateful=True`` for rewards that need the live env
-            (refused by re-scoring), ``version=callable`` for the backing library's version.
+            (refused by re-scoring), ``version=callable`` for the backing library's version
+            (a built plugin's own ``plugin_version`` string wins), ``range=(low, high)`` for
+            the values it returns (others become reward errors).
     """
     return _decorator("reward", name, override, spec_arg, attrs)
 

@@ -141,6 +141,55 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True)
+class EpisodePlan:
+    """How an episode is started: the same values wherever a task is run (eval or training)."""
+
+    task: Task
+    sample: int
+    task_hash: str
+    reset_payload: dict[str, Any]
+    env_seed: int
+    episode_id: str
+    model_seed: int
+    max_steps: int
+
+
+def plan_episode(
+    task: Task,
+    sample: int,
+    *,
+    run_seed: int,
+    max_steps: int | None = None,
+    card_max_steps: int | None = None,
+    model_seed: int | None = None,
+) -> EpisodePlan:
+    """Decide the seeds, episode id, reset payload and step limit of one episode.
+
+    The env seed is the row's own ``seed`` when it pins one, else derived from the run seed and
+    the task id (the same for every sample, so samples replay the same task); the model seed is
+    derived per sample unless fixed; the episode id depends on the task's content, the sample
+    and the run seed only, so identical runs send identical frames.
+    """
+    task_hash = task.content_hash()
+    env_seed = task.reset.get("seed")
+    if not isinstance(env_seed, int) or isinstance(env_seed, bool):
+        env_seed = derive_seed(run_seed, task.task_id)
+    episode_id = hashlib.sha256(f"{task_hash}:{sample}:{run_seed}".encode()).hexdigest()[:32]
+    return EpisodePlan(
+        task=task,
+        sample=sample,
+        task_hash=task_hash,
+        reset_payload={"seed": env_seed, "episode_id": episode_id, **task.reset},
+        env_seed=env_seed,
+        episode_id=episode_id,
+        model_seed=model_seed
+        if model_seed is not None
+        else derive_seed(run_seed, task.task_id, sample),
+        max_steps=max_steps or task.max_steps or card_max_steps or DEFAULT_MAX_STEPS,
+    )
+
+
 @dataclass
 class _Endpoint:
     url: str
@@ -425,6 +474,7 @@ class _Runner:
             },
             argv=self.argv,
             sessions=self.sessions,
+            success_threshold=plan.success_threshold,
         )
 
     async def _fan_out(self) -> None:
@@ -461,22 +511,21 @@ class _Runner:
     async def _episode(self, task: Task, sample: int) -> EpisodeRecord | None:
         config, plan = self.config, self.plan
         assert self.pool is not None and self.model is not None
-        task_hash = task.content_hash()
-        env_seed = task.reset.get("seed")
-        if not isinstance(env_seed, int) or isinstance(env_seed, bool):
-            env_seed = derive_seed(config.seed, task.task_id)
-        episode_id = hashlib.sha256(f"{task_hash}:{sample}:{config.seed}".encode()).hexdigest()[:32]
-        payload: dict[str, Any] = {"seed": env_seed, "episode_id": episode_id, **task.reset}
-        sampling = config.sampling
-        model_seed = (
-            sampling.seed
-            if sampling.seed is not None
-            else derive_seed(config.seed, task.task_id, sample)
+        episode = plan_episode(
+            task,
+            sample,
+            run_seed=config.seed,
+            max_steps=config.max_steps,
+            card_max_steps=plan.taskset.card.max_steps,
+            model_seed=config.sampling.seed,
         )
-        sampling = sampling.model_copy(update={"seed": model_seed})
-        max_steps = (
-            config.max_steps or task.max_steps or plan.taskset.card.max_steps or DEFAULT_MAX_STEPS
+        task_hash, env_seed, episode_id = episode.task_hash, episode.env_seed, episode.episode_id
+        payload, max_steps, model_seed = (
+            episode.reset_payload,
+            episode.max_steps,
+            episode.model_seed,
         )
+        sampling = config.sampling.model_copy(update={"seed": model_seed})
         attempts = 0
         capacity_deadline = time.monotonic() + CAPACITY_WAIT_S
         capacity_delay = 0.1
@@ -604,8 +653,11 @@ class _Runner:
         )
         update: dict[str, Any] = {"reward_components": components, "reward": total}
         if reward_error is not None:
-            update["outcome"] = "reward_error"
-            update["error"] = ErrorInfo(type="RewardError", message=reward_error, boundary="reward")
+            if outcome == "scored":  # an agent error stays one; its component keeps the message
+                update["outcome"] = "reward_error"
+                update["error"] = ErrorInfo(
+                    type="RewardError", message=reward_error, boundary="reward"
+                )
         elif total is not None:
             update["success"] = total >= self.plan.success_threshold
         return record.model_copy(update=update)

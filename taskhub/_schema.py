@@ -1,8 +1,11 @@
 """The data that crosses a file or process boundary: tasks, cards, episode records, manifests.
 
 These models are the project's formats. Field order is part of the JSON layout of
-``episodes.jsonl`` and ``run.json``; add fields at the end of a model, give them defaults, and
-bump ``SCHEMA_VERSION`` only for a change an older reader cannot ignore.
+``episodes.jsonl`` and ``run.json``; add fields at the end of a model and give them defaults, so
+that newer readers keep reading older files. Readers are strict (``extra="forbid"``): a file
+written by a newer taskhub with fields this one does not know is refused with an error naming
+the field, rather than half-read. Bump ``SCHEMA_VERSION`` for any change that alters the meaning
+of an existing field.
 """
 
 from __future__ import annotations
@@ -544,7 +547,7 @@ class RunManifest(BaseModel):
     split: str
     """The split evaluated."""
     env: EnvInfo | None = None
-    """The environment (None for re-scored runs)."""
+    """The environment (a re-scored run keeps its source run's)."""
     model: ModelInfo
     """The model."""
     rewards: list[PluginSpec] = Field(default_factory=list)
@@ -561,6 +564,8 @@ class RunManifest(BaseModel):
     """Start time of each session that wrote episodes (more than one after ``--resume``)."""
     parent_run: str | None = None
     """Run this one was derived from (``taskhub rescore``)."""
+    success_threshold: float | None = None
+    """The success threshold the run applied (the flag's, else the taskset card's)."""
 
 
 #: Result of one validation check (RFC 008 vocabulary).
@@ -633,3 +638,5 @@ class ValidationReport(BaseModel):
     """Version of taskhub that validated."""
     error: ErrorInfo | None = None
     """The internal error, for verdict ``error``."""
+    source_digest: str | None = None
+    """sha256 over the env folder's files (paths and contents), when there is a folder."""

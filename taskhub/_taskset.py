@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 from pydantic import ValidationError
 
@@ -202,6 +203,10 @@ def _load_hub(
         if status == 401:
             raise TasksetError(f"the Hub refused the token for {what}: {exc}") from None
         raise TasksetError(f"the Hub failed on {what}: {exc}") from None
+    except (httpx.HTTPError, OSError) as exc:
+        raise TasksetError(
+            f"cannot reach the Hub for taskset {what}: {type(exc).__name__}: {exc}"
+        ) from None
     parts = TasksetRefParts(
         source, "hub", repo_id.split("/")[-1], repo_id=repo_id, revision=revision, commit_sha=sha
     )

@@ -9,7 +9,11 @@ from typing import Annotated
 import typer
 
 from taskhub._cli import envs, results, tasksets
+from taskhub._cli import leaderboard as leaderboard_cli
+from taskhub._cli import rewards as rewards_cli
 from taskhub._cli.eval import eval_command
+from taskhub._cli.rescore import rescore_command
+from taskhub._cli.validate import validate_command
 from taskhub._errors import TaskhubError
 from taskhub._version import __version__
 
@@ -27,9 +31,13 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command("eval")(eval_command)
+app.command("validate")(validate_command)
 app.add_typer(results.app, name="results")
 app.add_typer(envs.app, name="env")
 app.add_typer(tasksets.app, name="taskset")
+app.add_typer(leaderboard_cli.app, name="leaderboard")
+app.command("rescore")(rescore_command)
+app.add_typer(rewards_cli.app, name="rewards")
 
 
 def _version(value: bool) -> None:

@@ -1,8 +1,9 @@
-"""``taskhub results``: read run directories."""
+"""``taskhub results``: read run directories, publish them to the Hub."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +14,7 @@ from taskhub._cli._render import summary_table, task_table
 from taskhub._errors import TaskhubError
 from taskhub._results import read_run, summarize
 
-app = typer.Typer(help="Read run directories.", no_args_is_help=True)
+app = typer.Typer(help="Read run directories and publish them.", no_args_is_help=True)
 
 
 @app.command("show")
@@ -51,3 +52,37 @@ def show(
     console.print(summary_table(summary, run.manifest, run.path))
     if tasks:
         console.print(task_table(summary, tasks))
+
+
+@app.command("push")
+def push(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (holds run.json).")],
+    repo: Annotated[str, typer.Argument(help="Hub results dataset repo ORG/NAME.")],
+    token: Annotated[
+        str | None,
+        typer.Option(
+            help="Hub token with write access (default: HF_TOKEN or `hf auth login`).",
+            envvar="HF_TOKEN",
+        ),
+    ] = None,
+    secret_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--secret-env",
+            help="Also redact the value of this environment variable (repeatable). Variables "
+            "whose names end in KEY, TOKEN, SECRET, PASSWORD... are always redacted.",
+        ),
+    ] = None,
+    private: Annotated[bool, typer.Option(help="Create the repo private.")] = False,
+) -> None:
+    """Publish a run to a results repo (runs/<run_id>/), secrets redacted, others kept."""
+    from taskhub._cli import fail
+    from taskhub._hub import is_secret_name, push_results
+
+    names = {name for name in os.environ if is_secret_name(name)} | set(secret_env or [])
+    secrets = {name: os.environ[name] for name in sorted(names) if os.environ.get(name)}
+    try:
+        result = push_results(run_dir, repo, token=token, secrets=secrets, private=private)
+    except TaskhubError as exc:
+        raise fail(exc) from None
+    typer.echo(f"pushed {run_dir} to {result.repo_id}: commit {result.commit_sha}")

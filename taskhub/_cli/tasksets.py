@@ -1,15 +1,19 @@
-"""``taskhub taskset``: list and check tasksets."""
+"""``taskhub taskset``: list, check, scaffold, publish, describe and profile tasksets."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sized
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from taskhub._errors import TaskhubError
+from taskhub._schema import TasksetCard
 from taskhub._taskset import builtin_tasksets, load_taskset
+
+_TOKEN_HELP = "Hub token with write access (default: HF_TOKEN or the stored `hf auth login`)."
 
 app = typer.Typer(
     help="Tasksets: Hub datasets whose rows parameterize reset().", no_args_is_help=True
@@ -44,9 +48,11 @@ def check(
 ) -> None:
     """Validate every row and the card of a taskset; exit 1 naming the rows at fault."""
     from taskhub._cli import fail
+    from taskhub._hub import check_taskset
 
     try:
         taskset = load_taskset(source)
+        check_taskset(taskset)
     except TaskhubError as exc:
         raise fail(exc) from None
     counts = _counts(taskset.splits)
@@ -62,3 +68,161 @@ def check(
     else:
         rows = ", ".join(f"{split} {count} rows" for split, count in counts.items())
         typer.echo(f"ok: {taskset.name}: {rows}")
+
+
+@app.command("init")
+def init(
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A .jsonl/.json/.csv/.parquet file of rows, or a Python generator "
+            "MODULE:FUNCTION or FILE.py:FUNCTION returning rows (or a dict of split -> rows)."
+        ),
+    ],
+    folder: Annotated[Path, typer.Argument(help="The taskset folder to create.")],
+    env: Annotated[
+        str, typer.Option(help="Environment the tasks run on: built-in name, URL, Space id.")
+    ],
+    split: Annotated[str, typer.Option(help="Split name of the rows (a data file).")] = "train",
+    name: Annotated[str | None, typer.Option(help="Taskset name (default: folder name).")] = None,
+    description: Annotated[str | None, typer.Option(help="One paragraph for the card.")] = None,
+    system_prompt: Annotated[
+        str | None, typer.Option(help="System message template (jinja2).")
+    ] = None,
+    prompt_template: Annotated[
+        str | None, typer.Option(help="First user message template (jinja2).")
+    ] = None,
+    reward: Annotated[
+        list[str] | None, typer.Option("--reward", help="Reward spec (repeatable); default env.")
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Step limit of an episode.", min=1)] = None,
+    force: Annotated[bool, typer.Option(help="Write into a non-empty folder.")] = False,
+) -> None:
+    """Scaffold a taskset folder (card with configs and env binding, data files)."""
+    from taskhub._cli import fail
+    from taskhub._hub import init_taskset
+
+    try:
+        card = TasksetCard(
+            name=name,
+            description=description,
+            system_prompt=system_prompt,
+            prompt_template=prompt_template,
+            rewards=reward or ["env"],
+            max_steps=max_steps,
+        )
+        taskset = init_taskset(source, folder, env=env, split=split, card=card, force=force)
+    except TaskhubError as exc:
+        raise fail(exc) from None
+    rows = ", ".join(f"{s} {n} rows" for s, n in _counts(taskset.splits).items())
+    typer.echo(f"created {folder}: {taskset.name} ({rows}), env={env}")
+
+
+@app.command("push")
+def push(
+    path: Annotated[Path, typer.Argument(help="A taskset folder (see `taskhub taskset init`).")],
+    repo: Annotated[str, typer.Argument(help="Hub dataset repo ORG/NAME (created if missing).")],
+    revision: Annotated[
+        str | None, typer.Option(help="Branch to commit to (created from main if missing).")
+    ] = None,
+    tag: Annotated[str | None, typer.Option(help="Tag to create at the new commit.")] = None,
+    private: Annotated[bool, typer.Option(help="Create the repo private.")] = False,
+    token: Annotated[str | None, typer.Option(help=_TOKEN_HELP, envvar="HF_TOKEN")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Validate a taskset folder and publish it as one commit of a Hub dataset repo."""
+    from taskhub._cli import fail
+    from taskhub._hub import push_taskset
+
+    try:
+        result = push_taskset(path, repo, branch=revision, tag=tag, token=token, private=private)
+    except TaskhubError as exc:
+        raise fail(exc) from None
+    if as_json:
+        info = {
+            "repo_id": result.repo_id,
+            "commit_sha": result.commit_sha,
+            "branch": result.branch,
+            "tag": result.tag,
+            "files": list(result.files),
+        }
+        typer.echo(json.dumps(info, indent=2))
+        return
+    pinned = f"{result.repo_id}@{result.commit_sha}"
+    typer.echo(f"pushed {path} to {result.repo_id} ({result.branch}): commit {result.commit_sha}")
+    if result.tag:
+        typer.echo(f"tagged {result.tag}")
+    typer.echo(f"load it pinned: taskhub eval MODEL auto {pinned}")
+
+
+@app.command("show")
+def show(
+    source: Annotated[
+        str, typer.Argument(help="ORG/NAME[@REVISION], a folder, a data file or a built-in name.")
+    ],
+    token: Annotated[
+        str | None, typer.Option(help="Hub token for private repos.", envvar="HF_TOKEN")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Describe a taskset: env, resolved commit, splits, row counts, columns."""
+    from taskhub._cli import fail
+    from taskhub._hub import describe_taskset
+
+    try:
+        info = describe_taskset(source, token=token)
+    except TaskhubError as exc:
+        raise fail(exc) from None
+    if as_json:
+        typer.echo(info.model_dump_json(indent=2))
+        return
+    typer.echo(f"taskset   {info.name} ({info.kind})")
+    if info.repo_id:
+        typer.echo(f"repo      {info.repo_id}@{info.revision or 'main'}")
+        typer.echo(f"commit    {info.commit_sha}")
+    typer.echo(f"env       {info.env or '-'}")
+    typer.echo(f"rewards   {', '.join(info.rewards)}")
+    typer.echo(f"default   {info.default_split}")
+    for split, detail in info.splits.items():
+        profiled = f", {detail.profiled} profiled" if detail.profiled else ""
+        typer.echo(f"split     {split}: {detail.rows} rows{profiled}")
+        typer.echo(f"  columns   {', '.join(detail.columns)}")
+        if detail.metadata_keys:
+            typer.echo(f"  metadata  {', '.join(detail.metadata_keys)}")
+
+
+@app.command("profile")
+def profile(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories on one taskset.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the profiled taskset here.")
+    ] = None,
+    repo: Annotated[
+        str | None,
+        typer.Option(help="Push to this repo (default: the runs' Hub taskset, if no --output)."),
+    ] = None,
+    revision: Annotated[str | None, typer.Option(help="Branch to push to (main).")] = None,
+    tag: Annotated[str | None, typer.Option(help="Tag to create at the new commit.")] = None,
+    token: Annotated[str | None, typer.Option(help=_TOKEN_HELP, envvar="HF_TOKEN")] = None,
+) -> None:
+    """Write per-task pass rates and difficulty from runs into a new taskset revision."""
+    from taskhub._cli import fail
+    from taskhub._hub import profile_taskset
+
+    try:
+        result = profile_taskset(
+            run_dirs, output=output, repo_id=repo, branch=revision, tag=tag, token=token
+        )
+    except TaskhubError as exc:
+        raise fail(exc) from None
+    typer.echo(
+        f"profiled {len(result.profiles)} tasks from {len(run_dirs)} run(s) "
+        f"({', '.join(result.models)})"
+    )
+    if output is not None:
+        typer.echo(f"wrote {result.folder}")
+    if result.push is not None:
+        typer.echo(
+            f"pushed to {result.push.repo_id} ({result.push.branch}): "
+            f"commit {result.push.commit_sha}"
+        )

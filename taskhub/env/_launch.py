@@ -123,11 +123,12 @@ def free_port() -> int:
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     # PR_SET_PDEATHSIG fires when the thread that forked dies: launch from the loop's thread.
+    # SIGKILL, not SIGTERM: a server stuck in its event loop never handles SIGTERM.
     try:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:
         pass
 
@@ -154,7 +155,7 @@ class LocalServer:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 2.0) -> None:
         """Terminate the server, then kill it if it does not exit in time."""
         if self.process.poll() is None:
             self.process.terminate()

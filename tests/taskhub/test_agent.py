@@ -98,12 +98,12 @@ def test_card_templates_render_in_a_sandbox() -> None:
         == "Q: 2+2? (t1)"
     )
     sneaky = Templates.from_card(TasksetCard(prompt_template="{{ ''.__class__.__mro__ }}"))
-    with pytest.raises(ConfigError, match="template failed to render"):
+    with pytest.raises(ConfigError, match="taskset card prompt_template failed to render"):
         sneaky.render("first")
 
 
 def test_broken_template_fails_at_load() -> None:
-    with pytest.raises(ConfigError, match="template does not compile"):
+    with pytest.raises(ConfigError, match="taskset card step_template does not compile"):
         Templates.from_card(TasksetCard(step_template="{% if %}"))
 
 

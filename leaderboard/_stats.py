@@ -1,0 +1,223 @@
+"""Statistics of a group of episodes, vectorized, with the core's definitions and estimators.
+
+``summarize_table`` computes what ``taskhub.summarize`` computes (same denominators, same
+``mean_ci``, ``wilson_interval`` and ``pass_at_k``) from the columns of
+``taskhub.read_results_table``, so that a million records need no ``EpisodeRecord`` each. The
+site and ``taskhub results show`` therefore print the same numbers for the same run;
+tests/leaderboard/test_stats.py holds them to it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from taskhub import OUTCOMES, RunSummary, mean_ci, pass_at_k, wilson_interval
+
+#: Columns of ``read_results_table`` the statistics read.
+STAT_COLUMNS = (
+    "task_id",
+    "sample",
+    "outcome",
+    "reward",
+    "success",
+    "num_steps",
+    "prompt_tokens",
+    "completion_tokens",
+    "model_calls",
+    "duration_s",
+    "env_time_s",
+    "reward_components",
+)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """The numbers of one group of episodes (a run, or a cell pooling runs)."""
+
+    summary: RunSummary
+    """What ``taskhub.summarize`` gives (its ``per_task`` left empty: see ``per_task``)."""
+    per_task: pd.DataFrame
+    """One row per task, sorted by id: ``task_id``, ``n``, ``scored``, ``rewarded``,
+    ``mean_reward``, ``judged``, ``successes``, ``pass_rate``."""
+    components: list[dict[str, Any]]
+    """Per reward component: ``name``, ``n`` (computed values), ``mean``, ``errors``."""
+    env_requests: int
+    """Requests to the env (a reset and every step) of episodes that were not infra errors."""
+    env_time_s: float
+    """Seconds those requests took."""
+
+
+def summarize_table(table: pa.Table, *, n_planned: int | None = None) -> Stats:
+    """Compute the statistics of the episodes in ``table``.
+
+    Args:
+        table: Rows of ``taskhub.read_results_table`` (at least ``STAT_COLUMNS``), from one run or
+            several runs pooled (their samples of a task add up for pass@k).
+        n_planned: Episodes planned, reported as is.
+
+    Returns:
+        The statistics.
+    """
+    n = table.num_rows
+    outcome = table["outcome"].to_numpy(zero_copy_only=False).astype(str)
+    outcomes: dict[str, int] = {o: int((outcome == o).sum()) for o in OUTCOMES}
+    has_reward = _valid(table["reward"])
+    reward = pc.fill_null(table["reward"], 0.0).to_numpy()
+    rewarded = reward[has_reward].tolist()
+    mean, stderr, low, high = mean_ci(rewarded)
+    judged = _valid(table["success"])
+    success = pc.fill_null(table["success"], False).to_numpy(zero_copy_only=False)
+    successes = int(success.sum())
+    s_low, s_high = wilson_interval(successes, int(judged.sum()))
+
+    frame = pd.DataFrame(
+        {
+            "task_id": table["task_id"].to_numpy(zero_copy_only=False),
+            "scored": outcome == "scored",
+            "rewarded": has_reward,
+            "reward": np.where(has_reward, reward, 0.0),
+            "judged": judged,
+            "successes": success,
+        }
+    )
+    grouped = frame.groupby("task_id", sort=True)
+    per_task = grouped.agg(
+        n=("scored", "size"),
+        scored=("scored", "sum"),
+        rewarded=("rewarded", "sum"),
+        reward_sum=("reward", "sum"),
+        judged=("judged", "sum"),
+        successes=("successes", "sum"),
+    ).reset_index()
+    per_task["mean_reward"] = (per_task["reward_sum"] / per_task["rewarded"]).where(
+        per_task["rewarded"] > 0
+    )
+    per_task["pass_rate"] = (per_task["successes"] / per_task["judged"]).where(
+        per_task["judged"] > 0
+    )
+    per_task = per_task[
+        ["task_id", "n", "scored", "rewarded", "mean_reward", "judged", "successes", "pass_rate"]
+    ]
+
+    passk: dict[str, float] = {}
+    usable = per_task[per_task["judged"] > 0]
+    if len(usable):
+        # pass@k depends on a task's (samples, successes) only: compute it once per distinct
+        # pair and sum with math.fsum over the repeated values, as summarize does per task.
+        pairs = usable.groupby(["judged", "successes"]).size()
+        max_k = int(usable["judged"].min())
+        k = 1
+        while k <= max_k:
+            values = itertools.chain.from_iterable(
+                itertools.repeat(pass_at_k(int(nj), int(c), k), int(count))
+                for (nj, c), count in zip(pairs.index.tolist(), pairs.tolist(), strict=True)
+            )
+            passk[f"pass@{k}"] = math.fsum(values) / len(usable)
+            k *= 2
+    sizes = set(per_task["n"].tolist())
+    not_infra = outcome != "infra_error"
+    steps = table["num_steps"].to_numpy()
+    env_time = table["env_time_s"].to_numpy()
+    summary = RunSummary(
+        n_episodes=n,
+        n_planned=n_planned,
+        n_tasks=len(per_task),
+        outcomes=outcomes,
+        error_rates={o: outcomes[o] / n for o in OUTCOMES if o != "scored"} if n else {},
+        n_rewarded=len(rewarded),
+        mean_reward=mean,
+        stderr=stderr,
+        ci95=(low, high) if low is not None and high is not None else None,
+        success_rate=successes / int(judged.sum()) if judged.any() else None,
+        success_ci95=(s_low, s_high) if s_low is not None and s_high is not None else None,
+        pass_at_k=passk,
+        samples_per_task=sizes.pop() if len(sizes) == 1 else None,
+        mean_steps=(
+            math.fsum(steps[not_infra].tolist()) / int(not_infra.sum()) if not_infra.any() else None
+        ),
+        tokens={
+            "prompt": int(pc.sum(table["prompt_tokens"]).as_py() or 0),
+            "completion": int(pc.sum(table["completion_tokens"]).as_py() or 0),
+            "calls": int(pc.sum(table["model_calls"]).as_py() or 0),
+        },
+        mean_duration_s=math.fsum(table["duration_s"].to_numpy().tolist()) / n if n else None,
+    )
+    return Stats(
+        summary=summary,
+        per_task=per_task,
+        components=_components(table),
+        env_requests=int((steps[not_infra] + 1).sum()),
+        env_time_s=math.fsum(env_time[not_infra].tolist()),
+    )
+
+
+def _valid(column: pa.ChunkedArray | pa.Array) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    result: np.ndarray[Any, np.dtype[np.bool_]] = column.is_valid().to_numpy(zero_copy_only=False)
+    return result
+
+
+def _components(table: pa.Table) -> list[dict[str, Any]]:
+    values = pc.list_flatten(table["reward_components"])
+    if len(values) == 0:
+        return []
+    flat = pa.table(
+        {
+            "name": pc.struct_field(values, "name"),
+            "value": pc.struct_field(values, "value"),
+            "error": pc.struct_field(values, "error"),
+        }
+    )
+    rows = []
+    for name in sorted(set(flat["name"].to_pylist())):
+        part = flat.filter(pc.equal(flat["name"], name))
+        computed = part["value"].drop_null().to_numpy().tolist()
+        rows.append(
+            {
+                "name": name,
+                "n": len(computed),
+                "mean": math.fsum(computed) / len(computed) if computed else None,
+                "errors": part.num_rows - part["error"].null_count,
+            }
+        )
+    return rows
+
+
+def rank_with_ties(intervals: list[tuple[float | None, float | None, float | None]]) -> list[int]:
+    """Rank entries by mean, counting only the entries that are better beyond doubt.
+
+    An entry's rank is 1 plus the number of entries whose 95% interval lies entirely above its
+    own: entries whose intervals overlap share a rank. An entry without an interval (one
+    episode) is tied with every entry with a mean; one without a mean ranks after all of them.
+
+    Args:
+        intervals: ``(mean, ci_low, ci_high)`` per entry.
+
+    Returns:
+        The rank of each entry, in the order given (0 for an entry without a mean).
+    """
+    ranks = []
+    for mean, _low, high in intervals:
+        if mean is None:
+            ranks.append(0)
+            continue
+        top = math.inf if high is None else high
+        better = sum(1 for m, lo, _ in intervals if m is not None and lo is not None and lo > top)
+        ranks.append(1 + better)
+    return ranks
+
+
+def overlaps(a: tuple[float | None, float | None], b: tuple[float | None, float | None]) -> bool:
+    """Whether two 95% intervals overlap (a missing interval overlaps everything)."""
+    (a_low, a_high), (b_low, b_high) = a, b
+    if None in (a_low, a_high, b_low, b_high):
+        return True
+    assert a_low is not None and a_high is not None and b_low is not None and b_high is not None
+    return a_low <= b_high and b_low <= a_high

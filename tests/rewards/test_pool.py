@@ -1,0 +1,180 @@
+"""The reward process pool: results, errors, deadlines that kill hung workers, clean exits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from taskhub.rewards import RewardPool
+
+from taskhub import BoundReward, RewardError, RewardSpec, create, registry, score_episode
+from tests.rewards import pool_jobs
+from tests.rewards.episodes import episode
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not reaped by its parent yet) counts as gone
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def wait_gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[RewardPool]:
+    pool = RewardPool(workers=1)
+    yield pool
+    pool.shutdown()
+
+
+def test_results_and_errors_come_back(pool: RewardPool) -> None:
+    assert pool.wait_ready(60)
+    assert pool.submit(pool_jobs.echo, {"a": [1, 2]}, timeout_s=30).result(30) == {"a": [1, 2]}
+    with pytest.raises(RewardError, match="ValueError: the scorer broke"):
+        pool.submit(pool_jobs.boom, timeout_s=30).result(30)
+    with pytest.raises(RewardError, match="could not be sent back"):
+        pool.submit(pool_jobs.unpicklable_result, timeout_s=30).result(30)
+    with pytest.raises(RewardError, match="cannot run in a worker process"):
+        pool.submit(pool_jobs.echo, lambda: None, timeout_s=30)
+
+
+def test_a_hung_call_is_killed_at_its_deadline_and_the_next_one_runs(pool: RewardPool) -> None:
+    before = pool.submit(pool_jobs.pid, timeout_s=30).result(30)
+    kills = pool.kills
+    started = time.monotonic()
+    hung = pool.submit(pool_jobs.spin, timeout_s=0.5, label="spin")
+    after = pool.submit(pool_jobs.pid, timeout_s=30)  # queued behind the hung call
+    with pytest.raises(RewardError, match=r"spin: it did not finish within 0.5s \(its worker"):
+        hung.result(30)
+    assert time.monotonic() - started < 10
+    new_pid = after.result(30)
+    assert new_pid != before and pool.kills == kills + 1
+    assert wait_gone(before)
+
+
+def test_a_worker_that_dies_fails_its_call_only(pool: RewardPool) -> None:
+    dying = pool.submit(pool_jobs.crash, timeout_s=30, label="crash")
+    with pytest.raises(RewardError, match=r"crash: its worker process died \(exit code 3\)"):
+        dying.result(30)
+    assert pool.submit(pool_jobs.echo, 7, timeout_s=30).result(30) == 7
+
+
+def test_the_event_loop_keeps_running_while_a_call_hangs(pool: RewardPool) -> None:
+    async def main() -> tuple[int, list[object]]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.02)
+                ticks += 1
+
+        task = asyncio.ensure_future(ticker())
+        results = await asyncio.gather(
+            pool.run(pool_jobs.sleep, 0.6, timeout_s=30),
+            *(pool.run(pool_jobs.echo, i, timeout_s=30) for i in range(20)),
+            return_exceptions=True,
+        )
+        task.cancel()
+        return ticks, results
+
+    ticks, results = asyncio.run(main())
+    assert results == [0.6, *range(20)]
+    assert ticks >= 10  # about 30 while the worker slept
+
+
+def test_shutdown_stops_the_workers_and_fails_what_is_queued() -> None:
+    pool = RewardPool(workers=1)
+    pid = pool.submit(pool_jobs.pid, timeout_s=30).result(30)
+    running = pool.submit(pool_jobs.sleep, 30, timeout_s=60)
+    queued = pool.submit(pool_jobs.echo, 1, timeout_s=60)
+    pool.shutdown()
+    for future in (running, queued):
+        with pytest.raises(RewardError, match="shut down"):
+            future.result(10)
+    assert wait_gone(pid)
+    with pytest.raises(RewardError, match="shut down"):
+        pool.submit(pool_jobs.echo, 1, timeout_s=1)
+
+
+@pytest.mark.parametrize("ending", ["exit", "kill"])
+def test_workers_end_with_their_process(ending: str, tmp_path: Path) -> None:
+    # a script without a __main__ guard: workers must not re-run it
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal, sys
+            sys.path.insert(0, {str(ROOT)!r})
+            from taskhub.rewards import RewardPool
+            from tests.rewards import pool_jobs
+            pool = RewardPool(workers=1)
+            print(pool.submit(pool_jobs.pid, timeout_s=60).result(60), flush=True)
+            pool.submit(pool_jobs.spin, timeout_s=600)  # busy when its owner goes
+            if {ending!r} == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    worker = int(out.stdout.split()[0])
+    assert wait_gone(worker, timeout=15), out.stderr
+
+
+def test_math_verify_on_a_pathological_answer_is_a_reward_error_not_a_hang() -> None:
+    fn, plugin = create("reward", "math_verify", timeout_s=1.0)
+    bound = BoundReward(
+        RewardSpec.parse("math_verify"), fn, plugin, registry.lookup("reward", "math_verify")
+    )
+
+    async def main() -> list[tuple[object, float | None, str | None]]:
+        records = [
+            episode("$9^{9^{9^{9}}}$", "5", task_id="tower"),
+            episode("5", "5", task_id="fine"),
+        ]
+        return list(await asyncio.gather(*(score_episode(r, [bound]) for r in records)))
+
+    started = time.monotonic()
+    (_, tower_total, tower_error), (_, fine_total, fine_error) = asyncio.run(main())
+    assert time.monotonic() - started < 30
+    assert tower_total is None and tower_error is not None
+    assert "reward 'math_verify' failed on task 'tower'" in tower_error
+    assert "did not finish within 1s (its worker process was killed)" in tower_error
+    assert fine_total == 1.0 and fine_error is None
+
+
+def test_workers_that_cannot_start_fail_the_calls_instead_of_hanging() -> None:
+    pool = RewardPool(workers=1, preload=["tests.rewards.exits_on_import"])
+    try:
+        future = pool.submit(pool_jobs.echo, 1, timeout_s=5)
+        with pytest.raises(RewardError, match=r"cannot start \(exit code 5"):
+            future.result(60)
+        with pytest.raises(RewardError, match="cannot start"):
+            pool.submit(pool_jobs.echo, 1, timeout_s=5)
+    finally:
+        pool.shutdown()

@@ -1,0 +1,110 @@
+"""Shared fixtures of the validator tests: the defect corpus, validated once in batch mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskhub import ValidationReport
+
+HERE = Path(__file__).resolve().parent
+ENVS = HERE / "envs"
+QUIZ = HERE / "tasksets" / "quiz"
+
+#: Each corpus env and the checks its one defect implies: exactly these fail, nothing else.
+EXPECTED: dict[str, set[str]] = {
+    "good": set(),
+    "ignores_seed": {"runtime.seed_control", "runtime.episode_determinism"},
+    "ignores_task_params": {"taskset.reset_params"},
+    "constant_reward": {"semantic.oracle_max"},
+    "empty_answer_scores": {"semantic.floor_gap"},
+    "answer_in_observation": {"semantic.no_solution_leakage"},
+    "state_leaks_answer": {"runtime.oracle_containment"},
+    "crashes_on_bad_action": {"protocol.malformed_input"},
+    "shared_state": {"runtime.episode_isolation"},
+    "never_terminates": {"runtime.termination"},
+    "http_only": {"protocol.websocket", "runtime.episode_isolation"},
+    "fake_endpoints": {
+        "static.env_implementation",
+        "protocol.metadata",
+        "protocol.schema",
+        "protocol.websocket",
+        "protocol.episode",
+    },
+    "reward_out_of_range": {"runtime.reward_well_formed"},
+    "broken_state": {"runtime.state_contract"},
+    "substring_verifier": {"semantic.canary_floor"},
+    # kills its server on a huge reply: the canary check fails, the server is relaunched, and
+    # every later check still runs
+    "dies_on_huge_reply": {"semantic.canary_floor"},
+    "flaky_verifier": {"semantic.verifier_determinism"},
+    "leaks_memory": {"runtime.resource_bounds"},
+    "unpinned_deps": {"static.dependency_pinning"},
+    "bad_manifest": {"static.manifest", "runtime.startup"},
+    "accepts_after_done": {"runtime.step_after_done"},
+    "schema_mismatch": {"runtime.observation_schema"},
+    "single_session": {"protocol.concurrency"},
+    "crash_on_start": {"runtime.startup"},
+}
+#: Validation settings of the corpus runs: short deadlines, fewer growth episodes.
+FAST = {
+    "op_timeout_s": 3.0,
+    "check_timeout_s": 60.0,
+    "budget_s": 180.0,
+    "growth_episodes": 12,
+    "tasks": 4,
+}
+
+
+def failing(report: ValidationReport) -> set[str]:
+    """Ids of the checks that failed or errored."""
+    return {c.id for c in report.checks if c.status in ("fail", "error")}
+
+
+@pytest.fixture(scope="session")
+def corpus_batch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Validate the whole corpus, plus an env that hangs, as one batch (3 workers)."""
+    from taskhub.validators import (
+        BatchConfig,
+        ValidationConfig,
+        read_submissions,
+        validate_batch_async,
+    )
+
+    out = tmp_path_factory.mktemp("corpus-batch")
+    rows = [{"name": name, "folder": str(ENVS / name)} for name in EXPECTED]
+    # the hang outlasts its deadline: the batch must kill it and carry on
+    rows.append({"name": "hangs", "folder": str(ENVS / "hangs"), "deadline_s": 6})
+    submissions_file = out / "submissions.jsonl"
+    submissions_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    submissions = read_submissions(submissions_file)
+    config = BatchConfig(
+        output=out / "reports",
+        workers=3,
+        deadline_s=150,
+        validation=ValidationConfig(taskset=str(QUIZ), **FAST),
+    )
+    events: list[tuple[str, str]] = []
+    summary = asyncio.run(
+        validate_batch_async(
+            submissions, config, progress=lambda s, r, how: events.append((s.name, how))
+        )
+    )
+    reports = {
+        s.name: ValidationReport.model_validate_json(
+            (config.output / f"{s.file_stem}.json").read_text()
+        )
+        for s in submissions
+    }
+    return {
+        "output": config.output,
+        "reports": reports,
+        "summary": summary,
+        "events": events,
+        "submissions": submissions,
+        "config": config,
+    }

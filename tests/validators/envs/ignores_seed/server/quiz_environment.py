@@ -1,0 +1,30 @@
+"""Defect: reset() ignores its seed and draws the question from unseeded randomness."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+# the corpus shares one protocol server: tests/validators/envs/_lite
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_lite"))
+
+from openenv_lite import QuizEnvironment, create_app  # noqa: E402
+
+__all__ = ["QuizEnv", "create_app"]
+
+
+class QuizEnv(QuizEnvironment):
+    """Draws a fresh random seed on every reset, whatever the caller asked for."""
+
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        op: str = "add",
+        digits: int = 1,
+    ) -> dict[str, Any]:
+        return super().reset(seed=None, episode_id=episode_id, op=op, digits=digits)
+
+    def step(self, action: dict[str, Any]) -> tuple[dict[str, Any], float | None, bool]:
+        return super().step(action)

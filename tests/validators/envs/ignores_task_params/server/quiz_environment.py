@@ -1,0 +1,24 @@
+"""Defect: reset() takes no task parameters, so OpenEnv drops op and digits silently."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+# the corpus shares one protocol server: tests/validators/envs/_lite
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_lite"))
+
+from openenv_lite import QuizEnvironment, create_app  # noqa: E402
+
+__all__ = ["QuizEnv", "create_app"]
+
+
+class QuizEnv(QuizEnvironment):
+    """Always asks an addition of one-digit numbers: the taskset's op and digits never arrive."""
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None) -> dict[str, Any]:
+        return super().reset(seed=seed, episode_id=episode_id)
+
+    def step(self, action: dict[str, Any]) -> tuple[dict[str, Any], float | None, bool]:
+        return super().step(action)

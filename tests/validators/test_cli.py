@@ -1,0 +1,85 @@
+"""``taskhub validate``: report card, JSON report, exit codes, batch mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from taskhub import ValidationReport
+from taskhub._cli import app
+from tests.validators.conftest import ENVS, QUIZ
+
+runner = CliRunner()
+FAST = ["--op-timeout", "3", "--taskset", str(QUIZ)]
+
+
+def test_json_report_and_output_file_of_a_passing_env(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    result = runner.invoke(
+        app, ["validate", str(ENVS / "good"), *FAST, "--json", "--output", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    report = ValidationReport.model_validate_json(result.stdout)
+    assert report.verdict == "pass" and report.name == "good"
+    assert ValidationReport.model_validate_json(out.read_text()) == report
+
+
+def test_report_card_of_a_failing_env_exits_1() -> None:
+    result = runner.invoke(
+        app,
+        ["validate", str(ENVS / "empty_answer_scores"), *FAST, "--check", "semantic.floor_gap"],
+    )
+    assert result.exit_code == 1, result.output
+    assert "FAIL semantic.floor_gap" in result.stdout
+    assert "-> The verifier rewards no work" in result.stdout
+    assert "verdict: FAIL (exit 1)" in result.stdout
+
+
+def test_a_folder_that_is_not_an_env_exits_2(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "no openenv.yaml" in result.stdout
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert runner.invoke(app, ["validate"]).exit_code == 2
+    missing = runner.invoke(
+        app, ["validate", str(ENVS / "good"), "--taskset", str(tmp_path / "no-such.jsonl")]
+    )
+    assert missing.exit_code == 2
+    unknown = runner.invoke(app, ["validate", str(ENVS / "good"), "--check", "nope.nope"])
+    assert unknown.exit_code == 2 and "unknown check id" in unknown.output
+    both = runner.invoke(app, ["validate", "arith", "--batch", str(tmp_path / "x.jsonl")])
+    assert both.exit_code == 2
+
+
+def test_batch_command_writes_reports_and_a_ranked_summary(tmp_path: Path) -> None:
+    subs = tmp_path / "subs.jsonl"
+    subs.write_text(
+        json.dumps({"name": "good", "folder": str(ENVS / "good")})
+        + "\n"
+        + json.dumps({"name": "unpinned", "folder": str(ENVS / "unpinned_deps")})
+        + "\n"
+    )
+    out = tmp_path / "out"
+    args = [
+        "validate",
+        "--batch",
+        str(subs),
+        "--out",
+        str(out),
+        *FAST,
+        "--check",
+        "static.dependency_pinning",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (out / "good.json").is_file() and (out / "unpinned.json").is_file()
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert [(r["name"], r["verdict"]) for r in rows] == [("good", "pass"), ("unpinned", "fail")]
+    again = runner.invoke(app, [*args, "--json"])
+    assert again.exit_code == 0
+    assert [r["name"] for r in json.loads(again.stdout)] == ["good", "unpinned"]
+    assert "resumed" in again.stderr

@@ -1,0 +1,158 @@
+"""Every defective env fails exactly the checks its defect implies; the batch survives hangs
+and crashes; a stopped batch resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.validators.conftest import ENVS, EXPECTED, failing
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_env_fails_exactly_the_checks_its_defect_implies(
+    corpus_batch: dict[str, Any], name: str
+) -> None:
+    report = corpus_batch["reports"][name]
+    assert report.error is None, report.error
+    assert failing(report) == EXPECTED[name], [
+        (c.id, c.status, c.summary) for c in report.checks if c.status != "pass"
+    ]
+    severities = {c.severity for c in report.checks if c.id in EXPECTED[name]}
+    expected_verdict = "pass" if not severities else ("fail" if "fail" in severities else "warn")
+    assert report.verdict == expected_verdict
+    assert report.exit_code == {"pass": 0, "warn": 0, "fail": 1}[expected_verdict]
+
+
+def test_precision_and_recall_over_the_corpus(corpus_batch: dict[str, Any]) -> None:
+    true_pos = false_pos = false_neg = 0
+    for name, expected in EXPECTED.items():
+        found = failing(corpus_batch["reports"][name])
+        true_pos += len(found & expected)
+        false_pos += len(found - expected)
+        false_neg += len(expected - found)
+    precision = true_pos / (true_pos + false_pos)
+    recall = true_pos / (true_pos + false_neg)
+    print(f"corpus: {len(EXPECTED)} envs, precision {precision:.3f}, recall {recall:.3f}")
+    assert (precision, recall) == (1.0, 1.0)
+
+
+def test_every_failed_check_carries_evidence_and_remediation(
+    corpus_batch: dict[str, Any],
+) -> None:
+    for name in EXPECTED:
+        for check in corpus_batch["reports"][name].checks:
+            if check.status == "fail":
+                assert check.remediation, (name, check.id)
+                assert check.summary
+            if check.status == "skip":
+                assert check.summary  # the reason
+
+
+def test_a_skip_names_the_dependency_that_did_not_pass(corpus_batch: dict[str, Any]) -> None:
+    checks = {c.id: c for c in corpus_batch["reports"]["ignores_seed"].checks}
+    # semantic checks need a deterministic env (RFC 008): skipped, with the reason
+    assert checks["semantic.oracle_max"].status == "skip"
+    assert "runtime.episode_determinism" in checks["semantic.oracle_max"].summary
+    never = {c.id: c for c in corpus_batch["reports"]["never_terminates"].checks}
+    assert never["runtime.step_after_done"].status == "skip"
+
+
+def test_batch_kills_a_submission_that_hangs_and_keeps_its_finished_checks(
+    corpus_batch: dict[str, Any],
+) -> None:
+    report = corpus_batch["reports"]["hangs"]
+    assert report.verdict == "error" and report.exit_code == 3
+    assert report.error is not None and report.error.type == "DeadlineExceeded"
+    ids = [c.id for c in report.checks]
+    assert "static.manifest" in ids  # written by the worker before it was killed
+    # the worker and its env server are gone
+    hangs = str(ENVS / "hangs")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        assert cwd != hangs, f"process {pid} of the hung submission survived"
+
+
+def test_batch_survives_a_submission_that_crashes_on_start(corpus_batch: dict[str, Any]) -> None:
+    report = corpus_batch["reports"]["crash_on_start"]
+    startup = next(c for c in report.checks if c.id == "runtime.startup")
+    assert startup.status == "fail"
+    assert "QUIZ_API_KEY" in json.dumps(startup.evidence)  # the server's own traceback
+    assert len(corpus_batch["reports"]) == len(EXPECTED) + 1
+
+
+def test_summary_is_ranked_and_written_as_json_and_csv(corpus_batch: dict[str, Any]) -> None:
+    output: Path = corpus_batch["output"]
+    document = json.loads((output / "summary.json").read_text())
+    rows = document["rows"]
+    assert document["validated"] == len(EXPECTED) + 1 and document["pending"] == 0
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    assert rows[0]["name"] == "good" and rows[0]["verdict"] == "pass"
+    order = {"pass": 0, "warn": 1, "fail": 2, "unsupported": 3, "error": 4}
+    assert [order[r["verdict"]] for r in rows] == sorted(order[r["verdict"]] for r in rows)
+    assert rows[-1]["name"] == "hangs"
+    with (output / "summary.csv").open() as handle:
+        table = list(csv.DictReader(handle))
+    assert [r["name"] for r in table] == [r["name"] for r in rows]
+    shared = next(r for r in table if r["name"] == "shared_state")
+    assert shared["failed_checks"] == "runtime.episode_isolation"
+    assert (output / shared["report"]).is_file()
+
+
+def test_a_stopped_batch_resumes_where_it_stopped(
+    corpus_batch: dict[str, Any], tmp_path: Path
+) -> None:
+    from taskhub.validators import validate_batch_async
+
+    output = tmp_path / "reports"
+    output.mkdir()
+    for path in corpus_batch["output"].glob("*.json"):
+        if path.name not in ("good.json", "summary.json"):
+            (output / path.name).write_text(path.read_text())
+    config = corpus_batch["config"].model_copy(update={"output": output})
+    events: list[tuple[str, str]] = []
+    asyncio.run(
+        validate_batch_async(
+            corpus_batch["submissions"],
+            config,
+            progress=lambda s, r, how: events.append((s.name, how)),
+        )
+    )
+    validated = [name for name, how in events if how == "validated"]
+    assert validated == ["good"]
+    assert len(events) == len(EXPECTED) + 1
+    rows = json.loads((output / "summary.json").read_text())["rows"]
+    assert rows[0]["name"] == "good"
+
+
+def test_the_batch_budget_leaves_the_rest_for_a_resumed_run(tmp_path: Path) -> None:
+    from taskhub.validators import BatchConfig, Submission, ValidationConfig, validate_batch
+
+    from tests.servers import free_port
+
+    submissions = [
+        Submission(name=f"offline-{i}", target=f"http://127.0.0.1:{free_port()}") for i in range(3)
+    ]
+    config = BatchConfig(
+        output=tmp_path, workers=1, budget_s=0.3, validation=ValidationConfig(op_timeout_s=1.0)
+    )
+    rows = validate_batch(submissions, config)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    # the first one was stopped at the budget; the others were not started
+    assert [(r["name"], r["verdict"]) for r in rows] == [("offline-0", "error")]
+    assert summary["pending"] == 2
+    rows = validate_batch(submissions, config.model_copy(update={"budget_s": None}))
+    assert sorted((r["name"], r["verdict"]) for r in rows) == [
+        ("offline-0", "error"),
+        ("offline-1", "fail"),
+        ("offline-2", "fail"),
+    ]

@@ -1,0 +1,176 @@
+"""A hostile or broken server (hangs, floods, garbage, slowloris) gets failed checks, never a
+hung or crashed validator; a URL that does not speak OpenEnv is unsupported (exit 2)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from taskhub import ValidationReport
+from tests.servers import CLOSE, FakeEnv, ServerThread, Session, observation
+
+#: Deadlines of these runs: one request gets 1 s, the whole validation 40 s.
+QUICK = {"op_timeout_s": 1.0, "check_timeout_s": 15.0, "budget_s": 40.0, "growth_episodes": 5}
+
+
+def validate_url(url: str, **overrides: Any) -> tuple[ValidationReport, float]:
+    from taskhub.validators import ValidationConfig, validate
+
+    started = time.monotonic()
+    report = validate(url, ValidationConfig(**{**QUICK, **overrides}))
+    return report, time.monotonic() - started
+
+
+def statuses(report: ValidationReport) -> dict[str, str]:
+    return {c.id: c.status for c in report.checks}
+
+
+def test_a_well_behaved_fake_env_passes_its_protocol_checks() -> None:
+    wanted = [
+        "protocol.health",
+        "runtime.state_contract",
+        "runtime.episode_isolation",
+        "static.manifest",
+        "runtime.resource_bounds",
+    ]
+    with FakeEnv() as env:
+        report, _ = validate_url(env.url, checks=wanted)
+    status = statuses(report)
+    for check_id in (
+        "protocol.health",
+        "protocol.websocket",
+        "protocol.episode",
+        "runtime.state_contract",
+        "runtime.episode_isolation",
+    ):
+        assert status[check_id] == "pass", (check_id, report.checks)
+    assert status["static.manifest"] == "skip"  # a URL has no files
+    assert status["runtime.resource_bounds"] == "skip"  # nor a local process
+    # only the selected checks and what they need ran
+    assert "semantic.oracle_max" not in status and "runtime.episode_determinism" in status
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "broken"),
+    [
+        ("silent", "protocol.websocket"),  # never answers a frame
+        ("garbage", "protocol.websocket"),  # answers text that is not JSON
+        ("binary", "protocol.websocket"),  # answers binary frames
+        ("flood", "protocol.episode"),  # answers with a frame beyond the size limit
+        ("closes", "protocol.websocket"),  # drops the connection on every frame
+    ],
+)
+def test_hostile_ws_server_fails_checks_within_deadlines(behaviour: str, broken: str) -> None:
+    def on_reset(session: Session, data: dict[str, Any]) -> Any:
+        if behaviour == "silent":
+            return None
+        if behaviour == "garbage":
+            return "<html>Internal Server Error</html>"
+        if behaviour == "binary":
+            return b"\x00\x01\x02"
+        if behaviour == "closes":
+            return CLOSE
+        return observation({"question": "x" * (6 * 1024 * 1024)})
+
+    first = [True]
+
+    def flood_after_ws_probe(session: Session, data: dict[str, Any]) -> Any:
+        # let the plain /ws probe pass so that the flood hits the episode itself
+        if behaviour == "flood" and first[0]:
+            first[0] = False
+            return observation({"question": "ok"})
+        return on_reset(session, data)
+
+    with FakeEnv(on_reset=flood_after_ws_probe) as env:
+        report, took = validate_url(env.url)
+    assert took < QUICK["budget_s"]
+    status = statuses(report)
+    assert status[broken] == "fail"
+    assert "error" not in status.values(), [c for c in report.checks if c.status == "error"]
+    assert report.verdict in ("fail", "unsupported")
+
+
+async def _drip() -> AsyncIterator[bytes]:
+    while True:
+        yield b" "
+        await asyncio.sleep(0.3)
+
+
+def slowloris_app() -> Starlette:
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "healthy"})
+
+    async def drip(request: Request) -> Response:
+        return StreamingResponse(_drip(), media_type="application/json")
+
+    async def ws(websocket: WebSocket) -> None:
+        await websocket.accept()
+        try:
+            while True:  # reads every frame, answers none
+                await websocket.receive_text()
+        except WebSocketDisconnect:
+            pass
+
+    return Starlette(
+        routes=[
+            Route("/health", health),
+            Route("/metadata", drip),
+            Route("/schema", drip),
+            Route("/openapi.json", drip),
+            WebSocketRoute("/ws", ws),
+        ]
+    )
+
+
+def test_slowloris_http_and_hanging_ws_cannot_stall_the_validator() -> None:
+    with ServerThread(slowloris_app()) as server:
+        report, took = validate_url(server.url)
+    assert took < QUICK["budget_s"]
+    status = statuses(report)
+    assert status["protocol.schema"] == "fail" and status["protocol.metadata"] == "fail"
+    assert status["protocol.websocket"] == "fail"
+    schema = next(c for c in report.checks if c.id == "protocol.schema")
+    assert "no answer within" in str(schema.evidence)
+
+
+def test_a_url_that_is_not_an_openenv_server_is_unsupported() -> None:
+    async def page(request: Request) -> Response:
+        return Response("<html>hello</html>", media_type="text/html", status_code=404)
+
+    app = Starlette(routes=[Route("/", page)])
+    with ServerThread(app) as server:
+        report, _ = validate_url(server.url)
+    assert report.verdict == "unsupported" and report.exit_code == 2
+
+
+def test_an_unreachable_url_fails_startup() -> None:
+    from tests.servers import free_port
+
+    report, took = validate_url(f"http://127.0.0.1:{free_port()}")
+    assert statuses(report)["runtime.startup"] == "fail"
+    assert report.verdict == "fail" and took < 10
+
+
+def test_the_time_budget_bounds_the_whole_run() -> None:
+    def slow_step(session: Session, data: dict[str, Any]) -> Any:
+        async def later() -> Any:
+            await asyncio.sleep(0.4)
+            return observation({"feedback": "wrong"}, 0.0, False)
+
+        return later()
+
+    with FakeEnv(on_step=slow_step) as env:
+        report, took = validate_url(env.url, budget_s=4.0, op_timeout_s=2.0)
+    assert took < 12
+    errors = [c for c in report.checks if c.status == "error"]
+    assert errors and all("time budget" in c.summary for c in errors)
+    assert report.verdict == "fail"  # errors fail closed

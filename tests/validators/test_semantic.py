@@ -1,0 +1,78 @@
+"""Oracles from the manifest, the "no oracle" failure, and the leakage rule."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from taskhub import Task
+from tests.validators.conftest import ENVS, FAST
+
+sys.path.insert(0, str(ENVS / "_lite"))
+from openenv_lite import make_question  # noqa: E402
+
+
+@pytest.fixture
+def env_with_oracle(tmp_path: Path) -> Path:
+    shutil.copytree(ENVS / "_lite", tmp_path / "_lite")
+    folder = tmp_path / "env"
+    shutil.copytree(ENVS / "good", folder)
+    rows = []
+    for seed in (1, 2, 3):
+        _, answer = make_question(seed, "mul", 2)
+        rows.append({"reset": {"seed": seed, "op": "mul", "digits": 2}, "answer": answer})
+    (folder / "oracle").mkdir()
+    (folder / "oracle" / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest = folder / "openenv.yaml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            "    verifier:\n",
+            "    oracle:\n      form: script\n      location: oracle/episodes.jsonl\n"
+            "    verifier:\n",
+        )
+    )
+    return folder
+
+
+def test_the_manifest_declares_a_data_oracle(env_with_oracle: Path) -> None:
+    from taskhub.validators import ValidationConfig, validate
+
+    report = validate(
+        str(env_with_oracle), ValidationConfig(checks=["semantic.oracle_max"], **FAST)
+    )
+    oracle = next(c for c in report.checks if c.id == "semantic.oracle_max")
+    assert oracle.status == "pass", oracle
+    assert oracle.measured["source"] == "manifest" and oracle.measured["tasks"] == 3
+    assert report.taskset is None
+
+
+def test_no_oracle_fails_semantic_oracle_max() -> None:
+    from taskhub.validators import ValidationConfig, validate
+
+    report = validate(str(ENVS / "good"), ValidationConfig(checks=["semantic.oracle_max"], **FAST))
+    oracle = next(c for c in report.checks if c.id == "semantic.oracle_max")
+    assert oracle.status == "fail" and "no oracle" in oracle.summary
+    assert report.verdict == "fail"  # RFC 008: no oracle, no validation
+
+
+def test_leaking_paths_need_the_answer_in_most_tasks() -> None:
+    from taskhub.validators._semantic import leaking_paths
+
+    tasks = [Task(task_id=f"t{i}", answer=a) for i, a in enumerate(["11", "42", "7", "1234"])]
+    leaky = [(t, [{"question": "q", "hint": f"expected {t.answer}"}]) for t in tasks]
+    leaks, checked = leaking_paths(leaky)
+    assert checked == 4 and set(leaks) == {"hint"}
+    # an answer that happens to appear in one question (5 * 1 = 5) is not a leak
+    chance = [
+        (tasks[0], [{"question": "What is 3 + 8?"}]),
+        (tasks[1], [{"question": "What is 42 * 1?"}]),
+        (tasks[2], [{"question": "What is 2 + 5?"}]),
+        (tasks[3], [{"question": "What is 1000 + 234?"}]),
+    ]
+    assert leaking_paths(chance)[0] == {}
+    exact = [(t, [{"nested": {"target": int(t.answer)}}]) for t in tasks]  # type: ignore[arg-type]
+    assert set(leaking_paths(exact)[0]) == {"nested.target"}

@@ -1,0 +1,192 @@
+"""Static checks read folders without running them: both manifest formats, the 0.10 block,
+dependency pinning, fake implementations."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.validators.conftest import ENVS
+
+
+def manifest_of(folder: Path, text: str):  # type: ignore[no-untyped-def]
+    from taskhub.validators._manifest import read_manifest
+
+    (folder / "openenv.yaml").write_text(textwrap.dedent(text))
+    return read_manifest(folder)
+
+
+@pytest.fixture
+def env_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "env"
+    shutil.copytree(ENVS / "good", folder)
+    return folder
+
+
+def test_served_format_with_the_validation_block(env_folder: Path) -> None:
+    manifest = manifest_of(env_folder, (ENVS / "good" / "openenv.yaml").read_text())
+    assert manifest.format == "served" and manifest.problems == []
+    assert manifest.reward_range == (0.0, 1.0) and manifest.floor_margin == 0.5
+    assert manifest.episode_timeout_s == 30.0 and manifest.resource_problems == []
+
+
+def test_descriptive_format_seen_in_the_wild(env_folder: Path) -> None:
+    manifest = manifest_of(
+        env_folder,
+        """\
+        name: connect4_env
+        version: "0.1.0"
+        description: "Connect4 environment for OpenEnv"
+        action: Connect4Action
+        observation: Connect4Observation
+        """,
+    )
+    assert manifest.format == "descriptive" and manifest.problems == []
+    assert manifest.app == "server.app:app" and manifest.validation is None
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("name: [unclosed\n", "not valid YAML"),
+        ("- a list\n", "must be a mapping"),
+        ("spec_version: 1\nname: x\napp: server.main:app\n", "does not resolve"),
+        ("spec_version: 1\nname: x\napp: server.app:application\n", "binds no 'application'"),
+        ("spec_version: 1\nname: x\napp: nocolon\n", "module:attribute"),
+        ("spec_version: 1\napp: server.app:app\n", "`name` must be"),
+        (
+            "name: x\nvalidation:\n  reward: {range: [1, 0], floor_margin: 0.5}\n",
+            "low < high",
+        ),
+        ("name: x\nvalidation:\n  reward: {range: [0, 1]}\n", "floor_margin is required"),
+        ("name: x\nvalidation:\n  rewards: {}\n", "unknown keys ['rewards']"),
+        (
+            "name: x\nvalidation:\n  capabilities: {verifier: {kind: magic}}\n",
+            "verifier.kind",
+        ),
+    ],
+)
+def test_manifest_problems_are_named(env_folder: Path, text: str, problem: str) -> None:
+    manifest = manifest_of(env_folder, text)
+    assert any(problem in p for p in manifest.problems), manifest.problems
+
+
+@pytest.mark.parametrize(
+    ("requirement", "kind"),
+    [
+        ("openenv==0.10.0", "exact"),
+        ("fastapi>=0.116.0", "lower"),
+        ("fastapi>=0.116,<1", "bounded"),
+        ("numpy~=1.26", "bounded"),
+        ("uvicorn", "bare"),
+        ("./vendor/lib", "direct"),
+        ("pkg @ https://example.org/pkg.whl", "direct"),
+        ("openenv==0.10.*", "bounded"),
+    ],
+)
+def test_requirement_pin_classes(requirement: str, kind: str) -> None:
+    from taskhub.validators._static import classify_requirement
+
+    assert classify_requirement(requirement)[1] == kind
+
+
+def run_check(check, folder: Path):  # type: ignore[no-untyped-def]
+    import httpx
+    from taskhub.validators import ValidationConfig, load_policy
+    from taskhub.validators._manifest import read_manifest
+    from taskhub.validators._subject import Subject
+
+    async def go():  # type: ignore[no-untyped-def]
+        async with httpx.AsyncClient() as http:
+            subject = Subject(
+                target=str(folder),
+                kind="folder",
+                config=ValidationConfig(),
+                policy=load_policy(),
+                http=http,
+                folder=folder,
+                manifest=read_manifest(folder),
+            )
+            return await check(subject)
+
+    return asyncio.run(go())
+
+
+def test_dependency_pinning(env_folder: Path) -> None:
+    from taskhub.validators._static import check_dependency_pinning
+
+    assert run_check(check_dependency_pinning, env_folder).status == "pass"
+    (env_folder / "server" / "requirements.txt").write_text("openenv-core>=0.2\nrequests\n")
+    finding = run_check(check_dependency_pinning, env_folder)
+    assert finding.status == "fail"
+    assert any("unversioned requirement" in str(e) for e in finding.evidence)
+    assert any("'openenv-core' is not pinned" in str(e) for e in finding.evidence)
+    (env_folder / "uv.lock").write_text("version = 1\n")
+    assert run_check(check_dependency_pinning, env_folder).status == "pass"
+
+
+def test_layout_flags_a_folder_that_shadows_the_framework(env_folder: Path) -> None:
+    from taskhub.validators._static import check_layout
+
+    assert run_check(check_layout, env_folder).status == "pass"
+    (env_folder / "openenv").mkdir()
+    (env_folder / "openenv" / "__init__.py").write_text("")
+    (env_folder / "data.zip").write_bytes(b"PK")
+    finding = run_check(check_layout, env_folder)
+    assert finding.status == "fail"
+    assert "shadows the OpenEnv framework" in finding.summary and "data.zip" in finding.summary
+
+
+@pytest.mark.parametrize(
+    ("source", "trivial"),
+    [
+        ("def reset(self):\n    return {'status': 'ok'}\n", True),
+        ("def step(self, a):\n    '''Doc.'''\n    pass\n", True),
+        ("def step(self, a):\n    return JSONResponse({'status': 'ok'})\n", True),
+        ("def step(self, a):\n    raise NotImplementedError\n", True),
+        ("def step(self, a):\n    return self.env.step(a)\n", False),
+        ("def reset(self):\n    self.n = 0\n    return {'n': self.n}\n", False),
+    ],
+)
+def test_trivial_implementations(source: str, trivial: bool) -> None:
+    from taskhub.validators._static import is_trivial
+
+    function = ast.parse(source).body[0]
+    assert isinstance(function, ast.FunctionDef)
+    assert is_trivial(function) is trivial
+
+
+def test_reset_parameters_are_read_from_the_environment_class() -> None:
+    from taskhub.validators._static import reset_parameters
+
+    assert reset_parameters(ENVS / "good") == ["seed", "episode_id", "op", "digits"]
+    assert reset_parameters(ENVS / "ignores_task_params") == ["seed", "episode_id"]
+    assert reset_parameters(ENVS / "fake_endpoints") is None
+
+
+def test_mcp_style_environments_count_as_implementations(tmp_path: Path) -> None:
+    from taskhub.validators._static import check_env_implementation
+
+    folder = tmp_path / "mcp_env"
+    (folder / "server").mkdir(parents=True)
+    (folder / "openenv.yaml").write_text("spec_version: 1\nname: mcp_env\napp: server.app:app\n")
+    (folder / "server" / "env.py").write_text(
+        "class Tools(MCPEnvironment):\n"
+        "    def reset(self, seed=None, episode_id=None, **kwargs):\n"
+        "        self.board = new_board(seed)\n"
+        "        return self.observe()\n"
+        "    def _step_impl(self, action):\n"
+        "        return self.apply(action)\n"
+    )
+    finding = run_check(check_env_implementation, folder)
+    assert finding.status == "pass", finding
+    (folder / "server" / "app.py").write_text(
+        "@app.post('/reset')\ndef reset():\n    return {'status': 'ok'}\n"
+    )
+    finding = run_check(check_env_implementation, folder)
+    assert finding.status == "fail" and "server/app.py:2 route reset" in finding.summary

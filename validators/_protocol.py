@@ -1,0 +1,668 @@
+"""Protocol checks: the server starts, its routes answer, the WebSocket protocol holds.
+
+The protocol must hold under malformed input, oversized frames and concurrent sessions. Raw
+frames go through the ``websockets`` library directly, each wait under a deadline and each
+received frame under ``max_size``: a hostile server gets a failed check, never a hung validator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+
+from taskhub import EnvCapacityError, EnvConnectError, EnvError, EnvLaunchError, EnvTimeout
+from taskhub.env import EnvClient, split_base_url
+
+from ._check import Finding, JsonObject, check, failed, passed
+from ._subject import Subject
+
+
+@dataclass
+class HttpReply:
+    """An HTTP answer as a check saw it."""
+
+    path: str
+    status: int | None = None
+    body: bytes = b""
+    json: Any = None
+    error: str | None = None
+    latency_s: float = 0.0
+
+    def evidence(self) -> JsonObject:
+        """Status and body excerpt, for reports."""
+        out: JsonObject = {
+            "request": self.path,
+            "status": self.status,
+            "body": self.body[:400].decode("utf-8", "replace"),
+        }
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+async def http_call(
+    subject: Subject,
+    path: str,
+    *,
+    method: str = "GET",
+    json_body: Any = None,
+    content: bytes | None = None,
+) -> HttpReply:
+    """One HTTP request under the op deadline, reading at most ``max_frame_bytes``."""
+    reply = HttpReply(f"{method} {path}")
+    if subject.url is None:
+        reply.error = "no server"
+        return reply
+    url = split_base_url(subject.url)[0] + path
+    started = time.perf_counter()
+    limit = subject.config.max_frame_bytes
+    kwargs: dict[str, Any] = {}
+    if content is not None:
+        kwargs = {"content": content, "headers": {"content-type": "application/json"}}
+    elif json_body is not None:
+        kwargs = {"json": json_body}
+    try:
+        async with asyncio.timeout(subject.config.op_timeout_s):
+            async with subject.http.stream(method, url, **kwargs) as response:
+                reply.status = response.status_code
+                async for chunk in response.aiter_bytes():
+                    reply.body += chunk
+                    if len(reply.body) > limit:
+                        reply.error = f"body larger than {limit} bytes"
+                        break
+    except TimeoutError:
+        reply.error = f"no answer within {subject.config.op_timeout_s:g}s"
+    except httpx.HTTPError as exc:
+        reply.error = f"{type(exc).__name__}: {exc}"
+    reply.latency_s = time.perf_counter() - started
+    if reply.error is None and reply.body:
+        try:
+            reply.json = json.loads(reply.body)
+        except ValueError:
+            reply.json = None
+    return reply
+
+
+# --- runtime.startup ---------------------------------------------------------------------------
+
+
+@check("runtime.startup", level="runtime", order=20)
+async def check_startup(subject: Subject) -> Finding:
+    """The env starts (a folder is launched locally) and answers HTTP."""
+    if subject.folder is not None:
+        started = time.perf_counter()
+        try:
+            server = await subject.launch()
+        except (EnvLaunchError, EnvTimeout) as exc:
+            return failed(
+                f"the server did not start: {str(exc).splitlines()[0]}",
+                "Make `python -m uvicorn <app> --port P` work from the env folder with the "
+                "declared dependencies installed; the log shows the error.",
+                measured={"startup_s": round(time.perf_counter() - started, 3)},
+                evidence=[str(exc)[-3000:]],
+            )
+        subject.sample_rss()
+        return passed(
+            f"launched {subject.root.name} and /health answered in "
+            f"{time.perf_counter() - started:.2f}s",
+            measured={
+                "startup_s": round(time.perf_counter() - started, 3),
+                "pid": server.process.pid,
+                "url": server.url,
+            },
+        )
+    reply = await http_call(subject, "/health")
+    if reply.status is None:
+        # a server without /health still answers something on /
+        reply = await http_call(subject, "/")
+    if reply.status is None:
+        url, subject.url = subject.url, None
+        return failed(
+            f"{url} does not answer: {reply.error}",
+            "Start the server and check the URL.",
+            evidence=[reply.evidence()],
+        )
+    return passed(f"{subject.url} answers HTTP", measured={"status": reply.status})
+
+
+# --- HTTP routes -------------------------------------------------------------------------------
+
+
+@check("protocol.health", level="protocol", order=30, needs=("server",))
+async def check_health(subject: Subject) -> Finding:
+    """GET /health answers 200."""
+    reply = await http_call(subject, "/health")
+    measured: JsonObject = {"status": reply.status, "latency_s": round(reply.latency_s, 4)}
+    if reply.status != 200:
+        return failed(
+            f"GET /health answered {reply.status or reply.error}",
+            'Serve GET /health returning 200 {"status": "healthy"} (create_app does).',
+            measured=measured,
+            evidence=[reply.evidence()],
+        )
+    return passed("GET /health answers 200", measured=measured, evidence=[reply.evidence()])
+
+
+@check("protocol.metadata", level="protocol", order=31, needs=("server",))
+async def check_metadata(subject: Subject) -> Finding:
+    """GET /metadata returns the env's name and description."""
+    reply = await http_call(subject, "/metadata")
+    body = reply.json if isinstance(reply.json, dict) else None
+    if body is not None:
+        subject.metadata = body
+    if (
+        reply.status != 200
+        or body is None
+        or not isinstance(body.get("name"), str)
+        or not isinstance(body.get("description"), str)
+    ):
+        return failed(
+            "GET /metadata does not return an object with name and description",
+            "Serve GET /metadata with name, description and version (create_app derives them "
+            "from the environment's get_metadata()).",
+            measured={"status": reply.status},
+            evidence=[reply.evidence()],
+        )
+    return passed(
+        f"GET /metadata names the env {body['name']!r}",
+        measured={"name": body["name"], "version": body.get("version")},
+    )
+
+
+def _is_json_schema(value: Any) -> bool:
+    return isinstance(value, dict) and bool(
+        {"type", "properties", "$ref", "anyOf", "oneOf", "allOf"} & set(value)
+    )
+
+
+@check("protocol.schema", level="protocol", order=32, needs=("server",))
+async def check_schema(subject: Subject) -> Finding:
+    """GET /schema returns JSON schemas of the action, the observation and the state."""
+    reply = await http_call(subject, "/schema")
+    body = reply.json if isinstance(reply.json, dict) else {}
+    parts = {key: _is_json_schema(body.get(key)) for key in ("action", "observation", "state")}
+    measured: JsonObject = {
+        "status": reply.status,
+        **{f"has_{k}": v for k, v in parts.items()},
+        "has_reset_observation": _is_json_schema(body.get("reset_observation")),
+    }
+    if reply.status != 200 or not all(parts.values()):
+        missing = [k for k, ok in parts.items() if not ok]
+        return failed(
+            f"GET /schema lacks a JSON schema for {', '.join(missing)}",
+            "Serve GET /schema with the action, observation and state JSON schemas "
+            "(create_app builds them from the pydantic models).",
+            measured=measured,
+            evidence=[reply.evidence()],
+        )
+    subject.schema = body
+    return passed("GET /schema describes the action, observation and state", measured=measured)
+
+
+@check("protocol.openapi", level="protocol", order=33, needs=("server",))
+async def check_openapi(subject: Subject) -> Finding:
+    """GET /openapi.json is an OpenAPI document listing the env's routes."""
+    reply = await http_call(subject, "/openapi.json")
+    body = reply.json if isinstance(reply.json, dict) else {}
+    paths = body.get("paths")
+    if (
+        reply.status != 200
+        or not isinstance(paths, dict)
+        or not isinstance(body.get("openapi"), str)
+    ):
+        return failed(
+            "GET /openapi.json is not an OpenAPI document",
+            "Serve the app with FastAPI (create_app does), which publishes /openapi.json.",
+            measured={"status": reply.status},
+            evidence=[reply.evidence()],
+        )
+    return passed(
+        f"/openapi.json lists {len(paths)} routes", measured={"paths": sorted(paths)[:40]}
+    )
+
+
+# --- WebSocket ---------------------------------------------------------------------------------
+
+ReplyKind = Literal["error", "observation", "state", "other", "closed", "timeout", "binary"]
+
+
+@dataclass
+class RawReply:
+    """What a raw frame got back."""
+
+    kind: ReplyKind
+    text: str = ""
+    code: str | None = None
+    close_code: int | None = None
+
+    def evidence(self) -> JsonObject:
+        """The reply, for reports."""
+        out: JsonObject = {"reply": self.kind}
+        if self.text:
+            out["frame"] = self.text[:400]
+        if self.code:
+            out["code"] = self.code
+        if self.close_code is not None:
+            out["close_code"] = self.close_code
+        return out
+
+
+async def raw_recv(ws: ClientConnection, timeout: float) -> RawReply:
+    """Read one frame under ``timeout`` and classify it."""
+    try:
+        async with asyncio.timeout(timeout):
+            raw = await ws.recv()
+    except TimeoutError:
+        return RawReply("timeout")
+    except ConnectionClosed as exc:
+        code = exc.rcvd.code if exc.rcvd is not None else None
+        if code is None and "1009" in str(exc):
+            code = 1009
+        return RawReply("closed", close_code=code)
+    if isinstance(raw, bytes):
+        return RawReply("binary", raw[:100].hex())
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        return RawReply("other", raw)
+    if not isinstance(message, dict):
+        return RawReply("other", raw)
+    kind = message.get("type")
+    if kind == "error":
+        data = message.get("data")
+        error_code = str(data.get("code")) if isinstance(data, dict) else None
+        return RawReply("error", raw, code=error_code)
+    if kind in ("observation", "state"):
+        return RawReply(kind, raw)
+    return RawReply("other", raw)
+
+
+@contextlib.asynccontextmanager
+async def raw_socket(subject: Subject) -> Any:
+    """A raw WebSocket to the env's ``/ws`` (deadline on the handshake, limit on frames)."""
+    if subject.url is None:
+        raise EnvConnectError("no server")
+    ws_url = split_base_url(subject.url)[1]
+    try:
+        ws = await connect(
+            ws_url,
+            open_timeout=subject.config.op_timeout_s,
+            max_size=subject.config.max_frame_bytes,
+            compression=None,
+            close_timeout=1,
+        )
+    except InvalidStatus as exc:
+        raise EnvConnectError(
+            f"{ws_url} refused the WebSocket handshake with HTTP {exc.response.status_code}",
+            code=str(exc.response.status_code),
+        ) from None
+    except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
+        raise EnvConnectError(f"cannot open {ws_url}: {type(exc).__name__}: {exc}") from None
+    try:
+        yield ws
+    finally:
+        if ws.transport is not None:
+            ws.transport.abort()
+
+
+@check("protocol.websocket", level="protocol", order=34, needs=("server",))
+async def check_websocket(subject: Subject) -> Finding:
+    """The WebSocket /ws accepts a session and answers reset with an observation frame."""
+    timeout = subject.config.op_timeout_s
+    frame = json.dumps({"type": "reset", "data": {"seed": 1, "episode_id": "taskhub-ws-probe"}})
+    try:
+        async with raw_socket(subject) as ws:
+            await ws.send(frame)
+            reply = await raw_recv(ws, timeout)
+    except EnvConnectError as exc:
+        if await _has_http_episodes(subject):
+            subject.transport = "http"
+        return failed(
+            f"no WebSocket episode session: {exc}",
+            "Serve the OpenEnv WebSocket endpoint /ws (create_app does): episodes over HTTP "
+            "cannot carry a session, so concurrent episodes trample one global env.",
+            measured={"http_fallback": subject.transport == "http"},
+            evidence=[str(exc)],
+        )
+    evidence = [{"sent": frame[:300], **reply.evidence()}]
+    if reply.kind == "observation":
+        subject.transport = "ws"
+        return passed("/ws answers reset with an observation frame", evidence=evidence)
+    if reply.kind == "error" and reply.code == "CAPACITY_REACHED":
+        subject.transport = "ws"
+        return failed(
+            "/ws refused the first session with CAPACITY_REACHED",
+            "Accept at least one session (max_concurrent_envs >= 1).",
+            evidence=evidence,
+        )
+    if reply.kind == "error":
+        # the protocol works; the reset itself failed on these kwargs (protocol.episode judges)
+        subject.transport = "ws"
+        return passed("/ws answers frames (reset with a bare seed was refused)", evidence=evidence)
+    return failed(
+        f"/ws answered reset with {reply.kind}",
+        'Answer {"type": "reset"} frames with {"type": "observation", "data": {...}}.',
+        evidence=evidence,
+    )
+
+
+async def _has_http_episodes(subject: Subject) -> bool:
+    reply = await http_call(subject, "/openapi.json")
+    paths = reply.json.get("paths") if isinstance(reply.json, dict) else None
+    if isinstance(paths, dict):
+        return "/reset" in paths and "/step" in paths
+    probe = await http_call(subject, "/reset", method="POST", json_body={})
+    return probe.status is not None and probe.status < 404
+
+
+@check("protocol.episode", level="protocol", order=35, needs=("server",))
+async def check_episode(subject: Subject) -> Finding:
+    """A whole episode runs: reset, then a step, both answered with observations."""
+    if subject.transport is None:
+        return failed(
+            "the server speaks neither the WebSocket protocol nor the HTTP fallback",
+            "Serve /ws (or at least POST /reset and POST /step) as OpenEnv's create_app does.",
+        )
+    task = subject.tasks[0] if subject.tasks else None
+    kwargs = subject.reset_kwargs(task) if task is not None else {"seed": 1}
+    action = subject.noop_action()
+    trajectory = await subject.play(kwargs, lambda i, r: action if i == 0 else None, max_steps=1)
+    evidence: list[Any] = [trajectory.describe()]
+    if trajectory.error is not None or trajectory.first is None:
+        return failed(
+            f"an episode does not run over {subject.transport}: {trajectory.error}",
+            "reset() must return an observation for the taskset's kwargs and step() must "
+            "accept the action schema's emptiest action.",
+            evidence=evidence,
+        )
+    if not trajectory.steps and not trajectory.first.done:
+        return failed(
+            "step was not answered", "Answer step frames with observations.", evidence=evidence
+        )
+    subject.cache["episode_ok"] = True
+    return passed(
+        f"reset and step answer with observations over {subject.transport}",
+        measured={"transport": subject.transport},
+        evidence=evidence,
+    )
+
+
+def _client(subject: Subject) -> EnvClient:
+    return EnvClient(
+        subject.url or "",
+        timeout=subject.config.op_timeout_s,
+        connect_timeout=subject.config.op_timeout_s,
+        max_frame_bytes=subject.config.max_frame_bytes,
+    )
+
+
+@check("protocol.concurrency", level="protocol", order=36, needs=("episode", "ws"))
+async def check_concurrency(subject: Subject) -> Finding:
+    """The server serves as many concurrent sessions as declared (or as it was asked for)."""
+    declared = subject.declared_sessions
+    asked = declared or (subject.config.sessions if subject.server is not None else None)
+    probe = min(asked or subject.config.sessions, 16)
+    clients = [_client(subject) for _ in range(probe)]
+    task = subject.tasks[0] if subject.tasks else None
+
+    async def open_one(index: int, client: EnvClient) -> str:
+        kwargs = subject.reset_kwargs(task) if task else {"seed": index}
+        try:
+            await client.reset(**kwargs)
+        except EnvCapacityError:
+            return "CAPACITY_REACHED"
+        except EnvError as exc:
+            return f"{type(exc).__name__}: {exc}"[:200]
+        return "ok"
+
+    outcomes: list[str] = []
+    for attempt in range(2):  # sessions of earlier checks may still be closing server-side
+        try:
+            outcomes = await asyncio.gather(*(open_one(i, c) for i, c in enumerate(clients)))
+        finally:
+            await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        if outcomes.count("ok") == probe or attempt == 1:
+            break
+        await asyncio.sleep(0.5)
+        clients = [_client(subject) for _ in range(probe)]
+    achieved = outcomes.count("ok")
+    measured: JsonObject = {
+        "declared": declared,
+        "asked": asked,
+        "probed": probe,
+        "achieved": achieved,
+        "capacity_reached": outcomes.count("CAPACITY_REACHED"),
+    }
+    errors = [o for o in outcomes if o not in ("ok", "CAPACITY_REACHED")]
+    if achieved == 0 or errors:
+        return failed(
+            f"{achieved} of {probe} concurrent sessions opened; errors: {errors[:3]}",
+            "Serve concurrent sessions: one env instance per WebSocket session.",
+            measured=measured,
+            evidence=errors[:5],
+        )
+    if asked is not None and achieved < probe:
+        return failed(
+            f"asked for {asked} concurrent sessions, served {achieved} "
+            f"({outcomes.count('CAPACITY_REACHED')} CAPACITY_REACHED)",
+            "Pass max_concurrent_envs=int(os.environ.get('MAX_CONCURRENT_ENVS', N)) to "
+            "create_app and declare the value under variables: in openenv.yaml.",
+            measured=measured,
+        )
+    return passed(f"{achieved} concurrent sessions served", measured=measured)
+
+
+# --- malformed input ---------------------------------------------------------------------------
+
+
+def invalid_action(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An action that certainly violates ``schema`` (a wrong type in every typed field)."""
+    props = (schema or {}).get("properties") or {}
+    wrong: dict[str, Any] = {}
+    for name, spec in props.items():
+        if name == "metadata" or not isinstance(spec, dict):
+            continue
+        kind = spec.get("type")
+        if isinstance(kind, str):
+            wrong[name] = "not an object" if kind in ("object", "array") else {"bad": [1]}
+        elif "enum" in spec:
+            wrong[name] = {"bad": [1]}
+    if wrong:
+        return wrong
+    if (schema or {}).get("additionalProperties") is False:
+        return {"__taskhub_invalid__": 1}
+    return None
+
+
+@dataclass
+class Probe:
+    """One malformed frame and what a healthy server must do with it."""
+
+    name: str
+    frame: str | bytes
+    recoverable: bool  # the session must stay usable afterwards
+
+
+async def _alive(subject: Subject) -> tuple[bool, str]:
+    """Whether the server still serves: its process runs, /health and a fresh reset answer."""
+    if subject.server is not None and subject.server.process.poll() is not None:
+        return False, f"the server process exited with code {subject.server.process.returncode}"
+    health = await http_call(subject, "/health")
+    if health.status is None:
+        return False, f"/health no longer answers: {health.error}"
+    task = subject.tasks[0] if subject.tasks else None
+    trajectory = await subject.play(
+        subject.reset_kwargs(task) if task else {"seed": 1}, lambda i, r: None, max_steps=0
+    )
+    if trajectory.error is not None:
+        return False, f"a new session no longer resets: {trajectory.error}"
+    return True, "alive"
+
+
+async def _probe_ws(subject: Subject, probe: Probe) -> JsonObject:
+    timeout = subject.config.op_timeout_s
+    task = subject.tasks[0] if subject.tasks else None
+    reset = json.dumps(
+        {"type": "reset", "data": subject.reset_kwargs(task) if task else {"seed": 1}}
+    )
+    outcome: JsonObject = {"probe": probe.name}
+    try:
+        async with raw_socket(subject) as ws:
+            await ws.send(reset)
+            first = await raw_recv(ws, timeout)
+            if first.kind != "observation":
+                outcome["problem"] = f"reset before the probe got {first.kind}"
+                outcome.update(first.evidence())
+                return outcome
+            try:
+                await ws.send(probe.frame)
+            except ConnectionClosed:
+                pass
+            reply = await raw_recv(ws, timeout)
+            outcome.update(reply.evidence())
+            if reply.kind == "timeout":
+                outcome["problem"] = f"no reply within {timeout:g}s"
+            elif reply.kind in ("observation", "state"):
+                outcome["problem"] = "accepted: answered with an observation instead of an error"
+            elif reply.kind in ("other", "binary"):
+                outcome["problem"] = "answered with a frame that is not an OpenEnv error"
+            elif reply.kind == "closed" and probe.recoverable:
+                outcome["problem"] = "closed the session instead of answering an error frame"
+            elif probe.recoverable:
+                with contextlib.suppress(ConnectionClosed):
+                    await ws.send(json.dumps({"type": "state"}))
+                after = await raw_recv(ws, timeout)
+                if after.kind != "state":
+                    outcome["problem"] = f"the session is unusable after the error ({after.kind})"
+    except EnvConnectError as exc:
+        outcome["problem"] = f"cannot open a session: {exc}"
+    return outcome
+
+
+async def _probe_http(subject: Subject, name: str, path: str, content: bytes) -> JsonObject:
+    reply = await http_call(subject, path, method="POST", content=content)
+    outcome: JsonObject = {"probe": name, **reply.evidence()}
+    if reply.status is None:
+        outcome["problem"] = f"no answer: {reply.error}"
+    elif reply.status >= 500:
+        outcome["problem"] = f"answered HTTP {reply.status} (a crash) instead of a 4xx error"
+    elif reply.status < 400:
+        outcome["problem"] = f"accepted with HTTP {reply.status}"
+    return outcome
+
+
+@check("protocol.malformed_input", level="protocol", order=90, needs=("episode",))
+async def check_malformed_input(subject: Subject) -> Finding:
+    """Malformed frames (bad JSON, unknown type, invalid action...) get errors; the server lives."""
+    outcomes: list[JsonObject] = []
+    if subject.transport == "ws":
+        probes = [
+            Probe("bad_json", "{not json", True),
+            Probe("unknown_type", json.dumps({"type": "__taskhub_unknown__"}), True),
+            Probe("missing_data", json.dumps({"type": "step"}), True),
+        ]
+        bad_action = invalid_action(subject.action_schema)
+        if bad_action is not None:
+            probes.append(
+                Probe("invalid_action", json.dumps({"type": "step", "data": bad_action}), True)
+            )
+        probes += [
+            Probe("non_object", "[1, 2, 3]", False),
+            Probe("binary", b"\x00\xff\x00taskhub", False),
+        ]
+        for probe in probes:
+            outcomes.append(await _probe_ws(subject, probe))
+            alive, why = await _alive(subject)
+            if not alive:
+                outcomes[-1]["problem"] = f"the server died on it: {why}"
+                break
+    else:
+        bad_action = invalid_action(subject.action_schema) or {"__taskhub_invalid__": {}}
+        for name, path, body in (
+            ("bad_json", "/step", b"{not json"),
+            ("invalid_action", "/step", json.dumps({"action": bad_action}).encode()),
+            ("non_object", "/reset", b"[1, 2, 3]"),
+        ):
+            outcomes.append(await _probe_http(subject, name, path, body))
+            alive, why = await _alive(subject)
+            if not alive:
+                outcomes[-1]["problem"] = f"the server died on it: {why}"
+                break
+    problems = [o for o in outcomes if "problem" in o]
+    measured: JsonObject = {
+        "probes": len(outcomes),
+        "mishandled": len(problems),
+        "transport": subject.transport,
+    }
+    if problems:
+        first = problems[0]
+        return failed(
+            f"{len(problems)} malformed input(s) mishandled; {first['probe']}: {first['problem']}",
+            "Validate every frame: answer bad input with an error frame (INVALID_JSON, "
+            "UNKNOWN_TYPE, VALIDATION_ERROR) or HTTP 4xx, keep the session usable, and never "
+            "let an exception escape the handler.",
+            measured=measured,
+            evidence=outcomes,
+        )
+    return passed(
+        f"{len(outcomes)} malformed inputs answered with errors; the server survived",
+        measured=measured,
+        evidence=outcomes,
+    )
+
+
+@check("protocol.frame_limit", level="protocol", order=91, needs=("episode", "ws"))
+async def check_frame_limit(subject: Subject) -> Finding:
+    """An oversized frame is refused (close 1009 or an error frame) and the server survives."""
+    size = subject.config.oversize_frame_bytes
+    field = subject.text_field() or "answer"
+    head = json.dumps({"type": "step", "data": {field: ""}})[:-3]
+    frame = head + "x" * max(size - len(head) - 3, 0) + '"}}'
+    timeout = max(subject.config.op_timeout_s, 10.0)
+    task = subject.tasks[0] if subject.tasks else None
+    outcome: JsonObject = {"frame_bytes": len(frame)}
+    try:
+        async with raw_socket(subject) as ws:
+            await ws.send(
+                json.dumps({"type": "reset", "data": subject.reset_kwargs(task) if task else {}})
+            )
+            await raw_recv(ws, timeout)
+            try:
+                async with asyncio.timeout(timeout):
+                    await ws.send(frame)
+            except (ConnectionClosed, TimeoutError):
+                pass
+            reply = await raw_recv(ws, timeout)
+            outcome.update(reply.evidence())
+    except EnvConnectError as exc:
+        outcome["reply"] = f"cannot open a session: {exc}"
+        reply = RawReply("other")
+    alive, why = await _alive(subject)
+    outcome["server_alive"] = alive
+    if not alive:
+        return failed(
+            f"the server died on a {len(frame)}-byte frame: {why}",
+            "Bound the WebSocket frame size (uvicorn --ws-max-size) so big frames are refused.",
+            measured=outcome,
+            evidence=[outcome],
+        )
+    if reply.kind in ("closed", "error"):
+        return passed(
+            f"a {len(frame)}-byte frame was refused ({reply.kind}); the server survived",
+            measured=outcome,
+        )
+    return failed(
+        f"a {len(frame)}-byte frame was answered with {reply.kind}",
+        "Refuse frames larger than the env needs (uvicorn --ws-max-size, default 16 MiB): "
+        "unbounded frames let one client exhaust the server's memory.",
+        measured=outcome,
+        evidence=[outcome],
+    )

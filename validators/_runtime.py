@@ -1,0 +1,643 @@
+"""Runtime checks: the episode contract, resource growth, and checks over every exchange.
+
+The episode contract: state, seeds, determinism, isolation, termination. The run-wide checks
+read every exchange of the validation: rewards, observation schema, latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from taskhub import EnvCapacityError, EnvError, canonical_json
+from taskhub.env import StepResult
+
+from ._check import Finding, JsonObject, check, failed, passed, skipped
+from ._subject import (
+    Subject,
+    Trajectory,
+    median,
+    observation_key,
+    open_fds,
+    percentile,
+    process_rss_mb,
+)
+
+#: Steps of the episodes compared by the determinism and isolation checks.
+COMPARE_STEPS = 4
+#: State fields that legitimately differ between two resets of the same task.
+VOLATILE_STATE = frozenset({"episode_id", "step_count"})
+
+
+def noop_policy(subject: Subject) -> Callable[[int, StepResult], JsonObject]:
+    """Play the emptiest valid action at every step."""
+    action = subject.noop_action()
+    return lambda _i, _r: action
+
+
+def stable_state(state: dict[str, Any]) -> str:
+    """Canonical text of a state without its per-episode identity."""
+    return canonical_json({k: v for k, v in state.items() if k not in VOLATILE_STATE})
+
+
+# --- runtime.state_contract --------------------------------------------------------------------
+
+
+@check("runtime.state_contract", level="runtime", order=40, needs=("episode",))
+async def check_state_contract(subject: Subject) -> Finding:
+    """state() keeps the episode_id given to reset() and counts steps from 0."""
+    task = subject.tasks[0]
+    kwargs = subject.reset_kwargs(task)
+    trajectory = await subject.play(kwargs, noop_policy(subject), max_steps=2, snapshots=True)
+    if trajectory.error is not None:
+        return failed(
+            f"the episode failed: {trajectory.error}",
+            'Answer state frames with {"type": "state", "data": {episode_id, step_count}}.',
+            evidence=[trajectory.describe()],
+        )
+    problems = []
+    states = list(trajectory.states)
+    if trajectory.final_state is not None:
+        states.append(trajectory.final_state)
+    for index, state in enumerate(states):
+        if state.get("episode_id") != kwargs["episode_id"]:
+            problems.append(
+                f"after {index} step(s): episode_id is {state.get('episode_id')!r}, "
+                f"reset asked for {kwargs['episode_id']!r}"
+            )
+        count = state.get("step_count")
+        if type(count) is not int or count != index:
+            problems.append(f"after {index} step(s): step_count is {count!r}")
+    measured: JsonObject = {"states": len(states), "steps": len(trajectory.steps)}
+    evidence: list[Any] = [{"episode_id": kwargs["episode_id"], "states": states[:4]}]
+    if not states:
+        return failed("no state was returned", "Serve state().", evidence=evidence)
+    if problems:
+        return failed(
+            f"{len(problems)} state contract violation(s): {problems[0]}",
+            "Keep the episode_id passed to reset() in the state and count step_count from 0 "
+            "at reset, +1 per step.",
+            measured=measured,
+            evidence=[*problems[:5], *evidence],
+        )
+    return passed(
+        f"state() kept the episode_id and counted {len(states) - 1} step(s)",
+        measured=measured,
+    )
+
+
+# --- runtime.seed_control ----------------------------------------------------------------------
+
+
+@check("runtime.seed_control", level="runtime", order=41, needs=("episode",))
+async def check_seed_control(subject: Subject) -> Finding:
+    """The same seed gives the same initial observation (and other seeds may differ)."""
+    tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
+    mismatches: list[Any] = []
+    distinct_total = 0
+    seeds_used: list[int] = []
+    for task in tasks:
+        seed = task.reset.get("seed")
+        base = seed if isinstance(seed, int) and not isinstance(seed, bool) else 1234
+        seeds = [base, base, base + 1, base + 7919]
+        seeds_used.append(base)
+        runs = [
+            await subject.play(subject.reset_kwargs(task, seed=s), lambda i, r: None, max_steps=0)
+            for s in seeds
+        ]
+        broken = [r for r in runs if r.error is not None or r.first is None]
+        if broken:
+            return failed(
+                f"reset failed: {broken[0].error}",
+                "reset() must accept a seed.",
+                evidence=[broken[0].describe()],
+            )
+        keys = [observation_key(r.first.observation) for r in runs if r.first is not None]
+        distinct_total += len(set(keys[2:]) | {keys[0]})
+        if keys[0] != keys[1]:
+            mismatches.append(
+                {"seed": base, "first": runs[0].describe(), "second": runs[1].describe()}
+            )
+    measured: JsonObject = {
+        "seeds": seeds_used,
+        "same_seed_mismatches": len(mismatches),
+        "distinct_initial_observations": distinct_total,
+    }
+    if mismatches:
+        return failed(
+            f"two resets with seed {mismatches[0]['seed']} gave different initial observations",
+            "Draw every random choice from a generator seeded by reset(seed=...) "
+            "(random.Random(seed)), never from global or unseeded randomness.",
+            measured=measured,
+            evidence=mismatches[:2],
+        )
+    if distinct_total == len(tasks):
+        return passed(
+            "each seed reproduces its initial observation (which no seed changes)",
+            measured=measured,
+        )
+    return passed(
+        "each seed reproduces its initial observation; other seeds differ", measured=measured
+    )
+
+
+# --- runtime.episode_determinism ---------------------------------------------------------------
+
+
+@check("runtime.episode_determinism", level="runtime", order=42, needs=("episode",))
+async def check_episode_determinism(subject: Subject) -> Finding:
+    """The same seed and the same actions give the same trajectory (observations, rewards)."""
+    tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
+    steps = min(COMPARE_STEPS, subject.max_steps_for(tasks[0]))
+    mismatches: list[Any] = []
+    for task in tasks:
+        kwargs = subject.reset_kwargs(task)
+        first = await subject.play(kwargs, noop_policy(subject), max_steps=steps)
+        second = await subject.play(kwargs, noop_policy(subject), max_steps=steps)
+        subject.cache.setdefault("reference_runs", []).append((task, kwargs, first))
+        if first.signature() != second.signature():
+            mismatches.append({"first": first.describe(), "second": second.describe()})
+    measured: JsonObject = {"tasks": len(tasks), "steps": steps, "mismatches": len(mismatches)}
+    if mismatches:
+        return failed(
+            f"{len(mismatches)} of {len(tasks)} replays differed from their first run",
+            "Make reset(seed) and step() deterministic: seed every generator from the reset "
+            "seed, and compute rewards from the state and the action only.",
+            measured=measured,
+            evidence=mismatches[:2],
+        )
+    return passed(f"{len(tasks)} episodes replayed identically", measured=measured)
+
+
+# --- runtime.episode_isolation -----------------------------------------------------------------
+
+
+@check(
+    "runtime.episode_isolation",
+    level="runtime",
+    order=43,
+    needs=("episode",),
+    after=("runtime.episode_determinism",),
+)
+async def check_episode_isolation(subject: Subject) -> Finding:
+    """Two interleaved sessions do not affect each other (no shared env state)."""
+    tasks = subject.tasks
+    task_a, task_b = tasks[0], tasks[1] if len(tasks) > 1 else tasks[0]
+    kwargs_a = subject.reset_kwargs(task_a, tag="iso-a")
+    seed_b = kwargs_a["seed"] + 1 if task_b is task_a else None
+    kwargs_b = subject.reset_kwargs(task_b, seed=seed_b, tag="iso-b")
+    steps = min(COMPARE_STEPS - 1, subject.max_steps_for(task_a))
+    policy = noop_policy(subject)
+    solo_a = await subject.play(kwargs_a, policy, max_steps=steps, snapshots=True)
+    solo_b = await subject.play(kwargs_b, policy, max_steps=steps, snapshots=True)
+    if solo_a.error or solo_b.error:
+        return failed(
+            f"a solo episode failed: {solo_a.error or solo_b.error}",
+            "Episodes must run.",
+            evidence=[solo_a.describe(), solo_b.describe()],
+        )
+    if observation_key(solo_a.observations[0]) == observation_key(solo_b.observations[0]):
+        return skipped(
+            "two different tasks gave the same initial observation: "
+            "interference would not be visible"
+        )
+    inter_a = Trajectory(reset_kwargs=kwargs_a)
+    inter_b = Trajectory(reset_kwargs=kwargs_b)
+    try:
+        async with (
+            subject.episode(kwargs_a) as (session_a, first_a),
+            subject.session() as session_b,
+        ):
+            inter_a.first = first_a
+            try:
+                inter_b.first = await session_b.reset(**kwargs_b)
+            except EnvCapacityError:
+                return skipped("the server serves one session at a time: sessions cannot interfere")
+            inter_a.states.append(await session_a.state())
+            inter_b.states.append(await session_b.state())
+            for _ in range(steps):
+                for session, trajectory in ((session_a, inter_a), (session_b, inter_b)):
+                    last = trajectory.steps[-1][1] if trajectory.steps else trajectory.first
+                    if last is None or last.done:
+                        continue
+                    action = policy(len(trajectory.steps), last)
+                    if action is None:
+                        continue
+                    result = await session.step(action)
+                    trajectory.steps.append((action, result))
+                    if not result.done:
+                        trajectory.states.append(await session.state())
+    except EnvError as exc:
+        return failed(
+            f"interleaved sessions broke: {exc}",
+            "Give every WebSocket session its own env instance (create_app's env factory).",
+            evidence=[inter_a.describe(), inter_b.describe()],
+        )
+    differ = [
+        name
+        for name, solo, inter in (("A", solo_a, inter_a), ("B", solo_b, inter_b))
+        if solo.signature() != inter.signature()
+    ]
+    measured: JsonObject = {
+        "transport": subject.transport,
+        "steps": steps,
+        "sessions_affected": differ,
+    }
+    if differ:
+        return failed(
+            f"interleaving two sessions changed session {' and '.join(differ)}'s trajectory",
+            "Keep all episode state per session (one Environment instance per session); "
+            "a module-level env is shared by every client.",
+            measured=measured,
+            evidence=[
+                {
+                    "solo_a": solo_a.describe(),
+                    "interleaved_a": inter_a.describe(),
+                    "solo_states_a": solo_a.states[:3],
+                    "interleaved_states_a": inter_a.states[:3],
+                }
+            ],
+        )
+    return passed("two interleaved sessions reproduced their solo trajectories", measured=measured)
+
+
+# --- runtime.termination, runtime.step_after_done ----------------------------------------------
+
+
+@check("runtime.termination", level="runtime", order=44, needs=("episode",))
+async def check_termination(subject: Subject) -> Finding:
+    """A do-nothing episode ends by itself (done) within the step and time ceilings."""
+    cap = subject.policy.bounds.max_episode_steps
+    timeout = subject.manifest.episode_timeout_s if subject.manifest else None
+    tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
+    endless: list[Any] = []
+    lengths = []
+    for task in tasks:
+        trajectory = await subject.play(
+            subject.reset_kwargs(task), noop_policy(subject), max_steps=cap
+        )
+        subject.cache.setdefault("ended_runs", []).append(trajectory)
+        lengths.append(len(trajectory.steps))
+        if trajectory.error is not None:
+            endless.append({"error": str(trajectory.error)[:300], **trajectory.describe(3)})
+        elif not trajectory.done:
+            endless.append(trajectory.describe(3))
+        elif timeout is not None and trajectory.duration_s > timeout:
+            endless.append({"duration_s": trajectory.duration_s, "declared_s": timeout})
+    measured: JsonObject = {"steps": lengths, "step_ceiling": cap}
+    if endless:
+        return failed(
+            f"a do-nothing episode did not end within {cap} steps"
+            + (f" or {timeout:g}s" if timeout else ""),
+            "End every episode: set done=True when the task is solved, failed, or out of "
+            "its move budget.",
+            measured=measured,
+            evidence=endless[:2],
+        )
+    return passed(f"do-nothing episodes ended after {lengths} steps", measured=measured)
+
+
+@check(
+    "runtime.step_after_done",
+    level="runtime",
+    order=45,
+    needs=("episode",),
+    after=("runtime.termination",),
+)
+async def check_step_after_done(subject: Subject) -> Finding:
+    """A step after the episode ended is refused (or changes nothing and pays nothing)."""
+    task = subject.tasks[0]
+    policy = noop_policy(subject)
+    cap = subject.policy.bounds.max_episode_steps
+    result = None
+    try:
+        async with subject.episode(subject.reset_kwargs(task)) as (session, last):
+            for index in range(cap):
+                if last.done:
+                    break
+                last = await session.step(policy(index, last))
+            if not last.done:
+                return skipped("the episode did not end (runtime.termination reports it)")
+            # the reference answer, when there is one: a step after done must not pay
+            solution = subject.oracle_actions(task)
+            action = solution[0] if solution else policy(0, last)
+            try:
+                result = await session.step(action)
+            except EnvError as exc:
+                return passed(f"a step after done was refused: {exc}"[:300])
+    except EnvError as exc:
+        return failed(f"the episode failed: {exc}", "Episodes must run.")
+    evidence = [
+        {
+            "action": action,
+            "observation": result.observation,
+            "reward": result.reward,
+            "done": result.done,
+        }
+    ]
+    if result.done and not result.reward:
+        return passed("a step after done answered done=True with no reward", evidence=evidence)
+    return failed(
+        f"a step after done was accepted (done={result.done}, reward={result.reward})",
+        "Refuse step() once the episode is over (raise: it becomes an EXECUTION_ERROR frame); "
+        "agents must call reset().",
+        evidence=evidence,
+    )
+
+
+# --- runtime.resource_bounds -------------------------------------------------------------------
+
+
+@check("runtime.resource_bounds", level="runtime", order=46, needs=("episode", "process"))
+async def check_resource_bounds(subject: Subject) -> Finding:
+    """Memory and open files stay flat over many episodes (no per-episode leak)."""
+    if subject.server is None:
+        return skipped("no local server process")
+    pid = subject.server.process.pid
+    policy = noop_policy(subject)
+    episodes = subject.config.growth_episodes
+    tasks = subject.tasks
+
+    async def run(n: int) -> list[Trajectory]:
+        return [
+            await subject.play(
+                subject.reset_kwargs(tasks[i % len(tasks)], tag="growth"), policy, max_steps=3
+            )
+            for i in range(n)
+        ]
+
+    await run(5)
+    rss0, fds0 = process_rss_mb(pid), open_fds(pid)
+    runs = await run(episodes)
+    await asyncio.sleep(0.2)
+    rss1, fds1 = process_rss_mb(pid), open_fds(pid)
+    failures = [r for r in runs if r.error is not None]
+    if rss0 is None or rss1 is None or fds0 is None or fds1 is None:
+        return skipped("the server's memory cannot be read (/proc)")
+    bounds = subject.policy.bounds
+    growth = rss1 - rss0
+    per_100 = growth / episodes * 100
+    measured: JsonObject = {
+        "episodes": episodes,
+        "rss_start_mb": round(rss0, 1),
+        "rss_end_mb": round(rss1, 1),
+        "growth_mb": round(growth, 2),
+        "growth_mb_per_100_episodes": round(per_100, 2),
+        "fds_start": fds0,
+        "fds_end": fds1,
+        "failed_episodes": len(failures),
+    }
+    problems = []
+    if growth > bounds.min_rss_growth_mb and per_100 > bounds.max_rss_growth_mb_per_100_episodes:
+        problems.append(
+            f"memory grew {growth:.1f} MiB over {episodes} episodes ({per_100:.1f} MiB per 100)"
+        )
+    if fds1 - fds0 > max(10, episodes // 4):
+        problems.append(f"open files grew from {fds0} to {fds1} over {episodes} episodes")
+    if failures:
+        problems.append(f"{len(failures)} of {episodes} episodes failed: {failures[0].error}")
+    if problems:
+        return failed(
+            "; ".join(problems),
+            "Release per-episode resources on reset() and close() (files, buffers, caches "
+            "keyed by episode).",
+            measured=measured,
+            evidence=problems,
+        )
+    return passed(f"memory grew {growth:.1f} MiB over {episodes} episodes", measured=measured)
+
+
+# --- run-wide checks ---------------------------------------------------------------------------
+
+
+@check("runtime.reward_well_formed", level="runtime", order=71, needs=("episode",))
+async def check_reward_well_formed(subject: Subject) -> Finding:
+    """Every reward is a finite number in the declared range; null only on reset."""
+    declared = subject.declared_range
+    problems: list[Any] = []
+    rewards: list[float] = []
+    for exchange in subject.exchanges:
+        if exchange.op not in ("reset", "step"):
+            continue
+        if exchange.error is not None:
+            if "reward" in exchange.error:
+                problems.append(exchange.evidence())
+            continue
+        reward = (exchange.reply or {}).get("reward")
+        if reward is None:
+            if exchange.op == "step":
+                problems.append({"problem": "a step reward is null", **exchange.evidence()})
+            continue
+        if not isinstance(reward, int | float) or not math.isfinite(reward):
+            problems.append({"problem": f"reward {reward!r}", **exchange.evidence()})
+            continue
+        rewards.append(float(reward))
+        if declared is not None and not declared[0] <= reward <= declared[1]:
+            problems.append(
+                {
+                    "problem": f"reward {reward} outside the declared range {list(declared)}",
+                    **exchange.evidence(),
+                }
+            )
+    measured: JsonObject = {
+        "rewards": len(rewards),
+        "min": min(rewards) if rewards else None,
+        "max": max(rewards) if rewards else None,
+        "declared_range": list(declared) if declared else None,
+        "problems": len(problems),
+    }
+    if problems:
+        first = problems[0]
+        what = first.get("problem") or first.get("error") if isinstance(first, dict) else first
+        return failed(
+            f"{len(problems)} ill-formed reward(s): {what}",
+            "Return a finite number in the declared validation.reward.range from every step "
+            "(null only on reset).",
+            measured=measured,
+            evidence=problems[:5],
+        )
+    if not rewards:
+        return failed(
+            "no step returned a reward", "Return a reward from step().", measured=measured
+        )
+    suffix = f" within {list(declared)}" if declared else " (no range declared)"
+    return passed(f"{len(rewards)} rewards are finite numbers{suffix}", measured=measured)
+
+
+# Runs in a throwaway interpreter: a hostile schema (catastrophic regex, deep recursion) can
+# only burn that process, under a wall-clock deadline.
+_SCHEMA_WORKER = r"""
+import json, sys
+from jsonschema.validators import validator_for
+job = json.load(sys.stdin)
+out = []
+validators = {}
+for name, schema in job["schemas"].items():
+    if schema is None:
+        continue
+    cls = validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except Exception as exc:
+        out.append({"schema": name, "problem": "invalid schema: " + str(exc)[:300]})
+        continue
+    validators[name] = cls(schema)
+for index, (name, observation) in enumerate(job["items"]):
+    validator = validators.get(name)
+    if validator is None:
+        continue
+    for error in validator.iter_errors(observation):
+        path = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        out.append({"observation": index, "schema": name, "path": path,
+                    "problem": error.message[:300]})
+        break
+    if len(out) >= 20:
+        break
+print(json.dumps(out))
+"""
+
+
+@check(
+    "runtime.observation_schema",
+    level="runtime",
+    order=72,
+    needs=("episode",),
+    after=("protocol.schema",),
+)
+async def check_observation_schema(subject: Subject) -> Finding:
+    """Every observation matches the observation schema the server advertises."""
+    if subject.observation_schema is None:
+        return skipped("the server advertises no observation schema")
+    items: list[tuple[str, Any]] = []
+    seen: set[str] = set()
+    for exchange in subject.exchanges:
+        if exchange.op not in ("reset", "step") or exchange.reply is None:
+            continue
+        observation = exchange.reply.get("observation")
+        key = exchange.op + canonical_json(observation)
+        if key in seen:
+            continue
+        seen.add(key)
+        items.append(
+            ("reset_observation" if exchange.op == "reset" else "observation", observation)
+        )
+        if len(items) >= 300:
+            break
+    job = {
+        "schemas": {
+            "observation": subject.observation_schema,
+            "reset_observation": subject.reset_observation_schema,
+        },
+        "items": items,
+    }
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-c",
+            _SCHEMA_WORKER,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        async with asyncio.timeout(20):
+            stdout, stderr = await process.communicate(json.dumps(job).encode())
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return failed(
+            "validating observations against the schema took over 20s",
+            "Simplify the observation schema (no pathological patterns).",
+        )
+    if process.returncode != 0:
+        return failed(
+            "the observation schema could not be evaluated",
+            "Publish a valid JSON schema for the observation.",
+            evidence=[stderr.decode(errors="replace")[-800:]],
+        )
+    problems = json.loads(stdout)
+    measured: JsonObject = {"observations": len(items), "violations": len(problems)}
+    if problems:
+        first = problems[0]
+        evidence = [
+            {**p, "observation_value": items[p["observation"]][1]} if "observation" in p else p
+            for p in problems[:5]
+        ]
+        return failed(
+            f"{len(problems)} observation(s) break the advertised schema: "
+            f"{first.get('path', '')}: {first['problem']}",
+            "Make the observations match /schema (send what the Observation model declares).",
+            measured=measured,
+            evidence=evidence,
+        )
+    return passed(
+        f"{len(items)} distinct observations match the advertised schema", measured=measured
+    )
+
+
+@check("runtime.step_latency", level="runtime", order=73, needs=("episode",))
+async def check_step_latency(subject: Subject) -> Finding:
+    """Step latency p50/p99 over every step of the validation stays under the policy bound."""
+    steps = subject.latencies("step")
+    resets = subject.latencies("reset")
+    if not steps:
+        return skipped("no step was measured")
+    p50, p99 = percentile(steps, 0.5), percentile(steps, 0.99)
+    bound = subject.policy.bounds.max_step_latency_p99_s
+    measured: JsonObject = {
+        "steps": len(steps),
+        "step_p50_ms": round(p50 * 1000, 2),
+        "step_p99_ms": round(p99 * 1000, 2),
+        "reset_p50_ms": round(percentile(resets, 0.5) * 1000, 2) if resets else None,
+        "reset_p99_ms": round(percentile(resets, 0.99) * 1000, 2) if resets else None,
+        "bound_p99_ms": bound * 1000,
+    }
+    if p99 > bound:
+        return failed(
+            f"step latency p99 is {p99:.2f}s (bound {bound:g}s)",
+            "Make step() fast, or move slow work out of the request path.",
+            measured=measured,
+        )
+    return passed(
+        f"step latency p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms over {len(steps)} steps",
+        measured=measured,
+    )
+
+
+@check("semantic.resource_envelope", level="semantic", order=74, needs=("episode", "process"))
+async def check_resource_envelope(subject: Subject) -> Finding:
+    """Measured memory and episode time stay within the declared resources."""
+    manifest = subject.manifest
+    memory = manifest.memory_mb if manifest else None
+    timeout = manifest.episode_timeout_s if manifest else None
+    if memory is None and timeout is None:
+        return skipped("no resources are declared (static.resource_declaration reports it)")
+    subject.sample_rss()
+    peak = max(subject.rss_samples_mb) if subject.rss_samples_mb else None
+    longest = max(subject.episode_durations_s) if subject.episode_durations_s else None
+    measured: JsonObject = {
+        "peak_rss_mb": round(peak, 1) if peak else None,
+        "declared_memory_mb": memory,
+        "longest_episode_s": round(longest, 3) if longest else None,
+        "declared_episode_timeout_s": timeout,
+        "median_episode_s": round(median(subject.episode_durations_s), 4)
+        if subject.episode_durations_s
+        else None,
+    }
+    problems = []
+    if memory is not None and peak is not None and peak > memory:
+        problems.append(f"peak memory {peak:.0f} MiB exceeds the declared {memory:g} MiB")
+    if timeout is not None and longest is not None and longest > timeout:
+        problems.append(f"an episode took {longest:.1f}s, over the declared {timeout:g}s")
+    if problems:
+        return failed(
+            "; ".join(problems),
+            "Declare the resources the env really uses, or make it use less.",
+            measured=measured,
+        )
+    return passed("memory and episode time stay within the declared resources", measured=measured)

@@ -1,0 +1,520 @@
+"""Static checks: what the env folder says about itself, read without running any of it."""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ._check import Finding, JsonObject, check, failed, passed
+from ._subject import Subject
+
+#: Folders never scanned (virtualenvs, VCS data, caches, tests of the env itself).
+SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".venv",
+        "venv",
+        "__pycache__",
+        "node_modules",
+        ".mypy_cache",
+        ".pytest_cache",
+        "tests",
+        "test",
+        "build",
+        "dist",
+    }
+)
+#: Most Python files and bytes scanned for the implementation check.
+MAX_FILES = 300
+MAX_FILE_BYTES = 1_000_000
+ARCHIVE_SUFFIXES = (
+    ".zip",
+    ".tar",
+    ".tar.gz",
+    ".tgz",
+    ".tar.bz2",
+    ".tar.xz",
+    ".whl",
+    ".7z",
+    ".rar",
+    ".egg",
+)
+LOCK_FILES = (
+    "uv.lock",
+    "poetry.lock",
+    "pylock.toml",
+    "Pipfile.lock",
+    "requirements.lock",
+    "pdm.lock",
+)
+#: Distributions of the OpenEnv server library (``openenv-core`` is the old name).
+OPENENV_DISTS = frozenset({"openenv", "openenv-core", "openenv_core"})
+
+
+def _files(folder: Path, pattern: str = "*") -> Iterator[Path]:
+    for path in sorted(folder.rglob(pattern)):
+        rel = path.relative_to(folder).parts
+        if any(part in SKIP_DIRS for part in rel[:-1]):
+            continue
+        yield path
+
+
+# --- static.manifest ---------------------------------------------------------------------------
+
+
+@check("static.manifest", level="static", order=10, needs=("folder",))
+async def check_manifest(subject: Subject) -> Finding:
+    """openenv.yaml is valid: a known format, an app that resolves, a well-formed 0.10 block."""
+    manifest = subject.manifest
+    if manifest is None:
+        return failed(
+            "openenv.yaml is missing",
+            "Add an openenv.yaml (`openenv init` writes one).",
+        )
+    problems = list(manifest.problems)
+    bounds = subject.policy.bounds
+    if manifest.oracle_tolerance is not None and (
+        manifest.oracle_tolerance > bounds.max_oracle_tolerance
+    ):
+        problems.append(
+            f"oracle_tolerance {manifest.oracle_tolerance} exceeds the policy maximum "
+            f"{bounds.max_oracle_tolerance}"
+        )
+    if manifest.floor_margin is not None and manifest.floor_margin < bounds.min_floor_margin:
+        problems.append(
+            f"floor_margin {manifest.floor_margin} is below the policy minimum "
+            f"{bounds.min_floor_margin}"
+        )
+    if manifest.variance_tolerance is not None and (
+        manifest.variance_tolerance > bounds.max_variance_tolerance
+    ):
+        problems.append(
+            f"variance_tolerance {manifest.variance_tolerance} exceeds the policy maximum "
+            f"{bounds.max_variance_tolerance}"
+        )
+    measured: JsonObject = {
+        **manifest.summary(),
+        "reward_range": list(manifest.reward_range) if manifest.reward_range else None,
+        "oracle_tolerance": manifest.oracle_tolerance,
+        "floor_margin": manifest.floor_margin,
+    }
+    evidence: list[Any] = [{"file": "openenv.yaml", "content": _excerpt(manifest.path)}]
+    if problems:
+        return failed(
+            f"openenv.yaml has {len(problems)} problem(s): {problems[0]}",
+            "Fix openenv.yaml: " + "; ".join(problems[:5]),
+            measured=measured,
+            evidence=[*problems, *evidence],
+        )
+    block = "with" if manifest.validation is not None else "without"
+    return passed(
+        f"openenv.yaml is a valid {manifest.format} manifest {block} a validation block; "
+        f"app {manifest.app} resolves",
+        measured=measured,
+        evidence=evidence,
+    )
+
+
+def _excerpt(path: Path, limit: int = 1500) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# --- static.layout -----------------------------------------------------------------------------
+
+
+@check("static.layout", level="static", order=11, needs=("folder",))
+async def check_layout(subject: Subject) -> Finding:
+    """The OpenEnv project layout: server app, dependency list, Dockerfile; no archives."""
+    folder = subject.root
+    problems: list[str] = []
+    present = {
+        "openenv.yaml": (folder / "openenv.yaml").is_file(),
+        "server/app.py": (folder / "server" / "app.py").is_file(),
+        "models.py": (folder / "models.py").is_file(),
+        "dependencies": any(
+            (folder / p).is_file()
+            for p in ("pyproject.toml", "requirements.txt", "server/requirements.txt")
+        ),
+        "Dockerfile": (folder / "server" / "Dockerfile").is_file()
+        or (folder / "Dockerfile").is_file(),
+    }
+    for name in ("dependencies", "Dockerfile"):
+        if not present[name]:
+            problems.append(
+                "no dependency list (pyproject.toml or requirements.txt)"
+                if name == "dependencies"
+                else "no Dockerfile (server/Dockerfile or Dockerfile)"
+            )
+    for shadow in sorted(OPENENV_DISTS):
+        candidate = folder / shadow.replace("-", "_")
+        if (candidate / "__init__.py").is_file() or (candidate.is_dir() and shadow == "openenv"):
+            problems.append(
+                f"a local {candidate.name}/ folder shadows the OpenEnv framework on import"
+            )
+    archives = [
+        str(p.relative_to(folder))
+        for p in _files(folder)
+        if p.is_file() and p.name.lower().endswith(ARCHIVE_SUFFIXES)
+    ]
+    if archives:
+        problems.append(f"archives in the package: {', '.join(archives[:5])}")
+    escaping = [
+        str(p.relative_to(folder))
+        for p in _files(folder)
+        if p.is_symlink() and not p.resolve().is_relative_to(folder.resolve())
+    ]
+    if escaping:
+        problems.append(f"symlinks pointing outside the package: {', '.join(escaping[:5])}")
+    measured: JsonObject = {"present": dict(present), "archives": archives[:20]}
+    if problems:
+        return failed(
+            "; ".join(problems),
+            "Follow the OpenEnv layout (openenv.yaml, models.py, server/app.py, "
+            "server/requirements.txt, server/Dockerfile); keep sources unpacked and rename "
+            "folders that shadow installed packages.",
+            measured=measured,
+            evidence=problems,
+        )
+    return passed("the folder follows the OpenEnv project layout", measured=measured)
+
+
+# --- static.dependency_pinning -----------------------------------------------------------------
+
+
+def declared_requirements(folder: Path) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every declared requirement as ``(source file, requirement text)``, and read problems."""
+    found: list[tuple[str, str]] = []
+    problems: list[str] = []
+    for name in ("requirements.txt", "server/requirements.txt"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            line = raw.split(" #", 1)[0].strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("-"):
+                if line.startswith(("-r", "-c", "--requirement", "--constraint")):
+                    continue
+                continue  # options such as --index-url
+            found.append((name, line))
+    pyproject = folder / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            problems.append(f"pyproject.toml does not parse: {exc}")
+        else:
+            deps = data.get("project", {}).get("dependencies", [])
+            if isinstance(deps, list):
+                found += [("pyproject.toml", d) for d in deps if isinstance(d, str)]
+    return found, problems
+
+
+def classify_requirement(text: str) -> tuple[str, str]:
+    """Return ``(distribution name, pin class)`` of one requirement line.
+
+    Pin classes: ``exact`` (``==X``), ``bounded`` (an upper bound or ``~=``), ``lower``
+    (only a lower bound), ``bare`` (no version at all), ``direct`` (a path or URL), ``invalid``.
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if text.startswith((".", "/", "file:", "git+", "http:", "https:")):
+        return text, "direct"
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        return text, "invalid"
+    name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+    if requirement.url:
+        return name, "direct"
+    specs = list(requirement.specifier)
+    if not specs:
+        return name, "bare"
+    operators = {s.operator for s in specs}
+    if operators & {"==", "==="} and not any(s.version.endswith(".*") for s in specs):
+        return name, "exact"
+    if operators & {"<", "<=", "~=", "=="}:
+        return name, "bounded"
+    return name, "lower"
+
+
+@check("static.dependency_pinning", level="static", order=12, needs=("folder",))
+async def check_dependency_pinning(subject: Subject) -> Finding:
+    """Dependencies are pinned: a lock file, or an exact OpenEnv pin and no unversioned package."""
+    folder = subject.root
+    locks = [name for name in LOCK_FILES if (folder / name).is_file()]
+    requirements, problems = declared_requirements(folder)
+    classes: dict[str, list[str]] = {}
+    names: dict[str, str] = {}
+    for source, text in requirements:
+        name, kind = classify_requirement(text)
+        classes.setdefault(kind, []).append(f"{source}: {text}")
+        names[name] = kind
+    measured: JsonObject = {
+        "lock_files": locks,
+        "requirements": len(requirements),
+        **{kind: len(items) for kind, items in sorted(classes.items())},
+    }
+    frameworks = sorted(n for n in names if n in {"openenv", "openenv-core"})
+    if len(frameworks) > 1:
+        problems.append("declares both openenv and openenv-core (the same files under two names)")
+    if not requirements and not locks:
+        problems.append("declares no dependencies at all")
+    if not locks:
+        problems += [f"unversioned requirement {r}" for r in classes.get("bare", [])]
+        problems += [f"unparseable requirement {r}" for r in classes.get("invalid", [])]
+        for framework in frameworks:
+            if names[framework] != "exact":
+                problems.append(
+                    f"the OpenEnv library {framework!r} is not pinned to one version (==X.Y.Z)"
+                )
+    if problems:
+        return failed(
+            f"{len(problems)} pinning problem(s): {problems[0]}",
+            "Pin the OpenEnv library exactly (openenv==0.10.0), give every other requirement "
+            "a version range, or commit a lock file (uv lock).",
+            measured=measured,
+            evidence=problems[:20],
+        )
+    if locks:
+        how = f"lock file {locks[0]}"
+    elif frameworks:
+        how = f"an exact {frameworks[0]} pin and versioned requirements"
+    else:
+        how = "versioned requirements"
+    return passed(
+        f"dependencies are pinned by {how}",
+        measured=measured,
+        evidence=classes.get("lower", [])[:10],
+    )
+
+
+# --- static.resource_declaration, static.timeout_ceiling ---------------------------------------
+
+
+@check("static.resource_declaration", level="static", order=13, needs=("folder",))
+async def check_resource_declaration(subject: Subject) -> Finding:
+    """validation.resources declares cpu, memory_mb, disk_mb and episode_timeout_s."""
+    manifest = subject.manifest
+    if manifest is None or manifest.resources is None:
+        return failed(
+            "openenv.yaml declares no resources",
+            "Declare validation.resources (cpu, memory_mb, disk_mb, episode_timeout_s) in "
+            "openenv.yaml.",
+        )
+    if manifest.resource_problems:
+        return failed(
+            "; ".join(manifest.resource_problems),
+            "Give validation.resources positive cpu, memory_mb, disk_mb and episode_timeout_s.",
+            measured={"resources": manifest.resources},
+            evidence=manifest.resource_problems,
+        )
+    return passed("resources are declared", measured={"resources": manifest.resources})
+
+
+@check("static.timeout_ceiling", level="static", order=14, needs=("folder",))
+async def check_timeout_ceiling(subject: Subject) -> Finding:
+    """An episode timeout is declared and stays under the policy's ceiling."""
+    manifest = subject.manifest
+    timeout = manifest.episode_timeout_s if manifest else None
+    ceiling = subject.policy.bounds.max_episode_timeout_s
+    measured: JsonObject = {"episode_timeout_s": timeout, "ceiling_s": ceiling}
+    if timeout is None:
+        return failed(
+            "no episode timeout is declared",
+            "Declare validation.resources.episode_timeout_s in openenv.yaml.",
+            measured=measured,
+        )
+    if timeout > ceiling:
+        return failed(
+            f"episode_timeout_s {timeout:g} exceeds the ceiling {ceiling:g}",
+            f"Keep episodes under {ceiling:g} seconds.",
+            measured=measured,
+        )
+    return passed(f"episode timeout {timeout:g}s is under {ceiling:g}s", measured=measured)
+
+
+# --- static.env_implementation -----------------------------------------------------------------
+
+_VERBS = ("reset", "step")
+#: Method names that implement each verb (OpenEnv's async twins; MCP envs' ``_step_impl``).
+_METHODS = {"reset": ("reset", "reset_async"), "step": ("step", "step_async", "_step_impl")}
+
+
+def _verb_methods(
+    node: ast.ClassDef,
+) -> dict[str, tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] | None:
+    """``verb -> (method name, method)`` of a class implementing both verbs, else None."""
+    methods = {
+        f.name: f for f in node.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    found = {}
+    for verb, names in _METHODS.items():
+        name = next((n for n in names if n in methods), None)
+        if name is None:
+            return None
+        found[verb] = (name, methods[name])
+    return found
+
+
+def _is_constant(node: ast.expr | None) -> bool:
+    if node is None or isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Dict):
+        return all(_is_constant(k) for k in node.keys if k is not None) and all(
+            _is_constant(v) for v in node.values
+        )
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return all(_is_constant(e) for e in node.elts)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        # JSONResponse({"status": "ok"}), dict(status="ok")
+        return all(_is_constant(a) for a in node.args) and all(
+            _is_constant(k.value) for k in node.keywords
+        )
+    return False
+
+
+def is_trivial(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether a function does nothing: pass, ``...``, a constant return, NotImplementedError."""
+    body = list(function.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if not body:
+        return True
+    if len(body) != 1:
+        return False
+    statement = body[0]
+    if isinstance(statement, ast.Pass):
+        return True
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+        return True
+    if isinstance(statement, ast.Return):
+        return _is_constant(statement.value)
+    if isinstance(statement, ast.Raise) and statement.exc is not None:
+        exc = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
+        return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+    return False
+
+
+def _route_verb(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """``reset``/``step`` when the function is an HTTP route ``POST /reset`` or ``/step``."""
+    for decorator in function.decorator_list:
+        if not (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)):
+            continue
+        if decorator.func.attr not in ("post", "get", "put", "api_route", "route"):
+            continue
+        if decorator.args and isinstance(decorator.args[0], ast.Constant):
+            path = str(decorator.args[0].value).rstrip("/")
+            for verb in _VERBS:
+                if path.endswith("/" + verb):
+                    return verb
+    return None
+
+
+@check("static.env_implementation", level="static", order=15, needs=("folder",))
+async def check_env_implementation(subject: Subject) -> Finding:
+    """Reset and step are really implemented, not endpoints that just return "ok"."""
+    folder = subject.root
+    real: dict[str, list[str]] = {verb: [] for verb in _VERBS}
+    fake: list[JsonObject] = []
+    scanned = 0
+    for path in _files(folder, "*.py"):
+        if scanned >= MAX_FILES:
+            break
+        try:
+            if path.stat().st_size > MAX_FILE_BYTES:
+                continue
+            source = path.read_text(encoding="utf-8", errors="replace")
+            tree = ast.parse(source)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        scanned += 1
+        rel = str(path.relative_to(folder))
+        lines = source.splitlines()
+        for node in ast.walk(tree):
+            candidates: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef, str]] = []
+            if isinstance(node, ast.ClassDef):
+                verbs = _verb_methods(node)
+                if verbs is not None:
+                    candidates += [
+                        (verb, method, f"{node.name}.{name}")
+                        for verb, (name, method) in verbs.items()
+                    ]
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                verb = _route_verb(node)
+                if verb is not None:
+                    candidates.append((verb, node, f"route {node.name}"))
+            for verb, function, label in candidates:
+                where = f"{rel}:{function.lineno} {label}"
+                if is_trivial(function):
+                    end = function.end_lineno or function.lineno
+                    fake.append(
+                        {
+                            "where": where,
+                            "source": "\n".join(lines[function.lineno - 1 : end])[:600],
+                        }
+                    )
+                else:
+                    real[verb].append(where)
+    measured: JsonObject = {
+        "files_scanned": scanned,
+        "implementations": real,
+        "trivial": [f["where"] for f in fake],
+    }
+    if fake:
+        return failed(
+            f"{len(fake)} reset/step implementation(s) do nothing: {fake[0]['where']}",
+            "Implement reset() and step() for real: reset must build an episode from its "
+            "arguments and step must apply the action and score it; an endpoint that returns "
+            "a constant is not an environment.",
+            measured=measured,
+            evidence=fake[:5],
+        )
+    missing = [verb for verb in _VERBS if not real[verb]]
+    if missing:
+        return failed(
+            f"no implementation of {' and '.join(missing)} found in {scanned} Python files",
+            "Implement an Environment class with reset() and step() (openenv's Environment "
+            "interface) and serve it with create_app.",
+            measured=measured,
+        )
+    return passed(
+        f"reset and step are implemented ({real['reset'][0]}, {real['step'][0]})",
+        measured=measured,
+    )
+
+
+def reset_parameters(folder: Path) -> list[str] | None:
+    """Names ``reset()`` accepts in the folder's Environment class, when they are knowable.
+
+    None when no class with reset and step is found, or when ``reset`` takes ``**kwargs``
+    (then every key reaches it). OpenEnv's server drops the other keys without a word.
+    """
+    for path in _files(folder, "*.py"):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            verbs = _verb_methods(node)
+            if verbs is None or is_trivial(verbs["reset"][1]):
+                continue
+            reset = verbs["reset"][1]
+            if reset.args.kwarg is not None:
+                return None
+            names = [
+                a.arg for a in reset.args.posonlyargs + reset.args.args + reset.args.kwonlyargs
+            ]
+            return [n for n in names if n not in ("self", "cls")]
+    return None

@@ -1,0 +1,424 @@
+"""The aggregator: resolve the target, run every registered check in order, apply the policy.
+
+Every check runs (a failure does not stop the others: maximum information per run), each
+under its own deadline and all under the run's time budget. A check whose prerequisites are
+missing is reported as skipped with the reason; one the budget leaves no time for is an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from taskhub import (
+    CheckResult,
+    ConfigError,
+    EnvError,
+    EnvLaunchError,
+    ErrorInfo,
+    Task,
+    TaskhubError,
+    Taskset,
+    ValidationReport,
+    __version__,
+    builtin_tasksets,
+    load_taskset,
+)
+from taskhub.env import LocalServer, resolve_env
+
+from . import _checks  # noqa: F401  (registers the checks)
+from ._check import CheckSpec, Finding, failed, registered_checks, skipped
+from ._config import ValidationConfig
+from ._manifest import read_manifest
+from ._policy import EXIT_CODES, Policy, load_policy
+from ._sources import clone, parse_git, remove_tree, source_digest, temp_workdir
+from ._subject import Subject, TargetKind
+
+logger = logging.getLogger(__name__)
+
+#: Checks that set up what the others use; always run when any check is selected.
+INFRASTRUCTURE = ("runtime.startup", "protocol.schema", "protocol.websocket", "protocol.episode")
+#: Protocol checks that, when all fail on a URL, mean it is not an OpenEnv server at all.
+RECOGNITION = ("protocol.health", "protocol.schema", "protocol.websocket", "protocol.episode")
+#: How many times a server that died during validation is started again.
+MAX_RELAUNCHES = 2
+
+OnCheck = Callable[[CheckResult], None]
+
+
+def _jsonable(value: Any, depth: int = 0) -> Any:
+    """A JSON-safe copy: tuples become lists, non-finite floats and objects become text."""
+    if depth > 40:
+        return "..."
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_jsonable(v, depth + 1) for v in value]
+    return str(value)
+
+
+def sample_tasks(taskset: Taskset, split: str | None, n: int) -> list[Task]:
+    """``n`` rows of the split, spread evenly from first to last."""
+    rows = list(taskset.tasks(split))
+    if len(rows) <= n:
+        return rows
+    if n == 1:
+        return rows[:1]
+    step = (len(rows) - 1) / (n - 1)
+    return [rows[round(i * step)] for i in range(n)]
+
+
+def default_taskset(kind: TargetKind, spec: str, folder: Path | None) -> str | None:
+    """The taskset used when none is given: a built-in env's own, or the folder's ``taskset/``."""
+    if kind == "builtin" and spec in builtin_tasksets():
+        return spec
+    if folder is not None and (folder / "taskset" / "README.md").is_file():
+        return str(folder / "taskset")
+    return None
+
+
+def _selected(specs: list[CheckSpec], wanted: list[str] | None) -> list[CheckSpec]:
+    if not wanted:
+        return specs
+    by_id = {s.id: s for s in specs}
+    unknown = sorted(set(wanted) - set(by_id))
+    if unknown:
+        raise ConfigError(f"unknown check id(s) {unknown}; known: {', '.join(sorted(by_id))}")
+    keep = set(wanted) | set(INFRASTRUCTURE)
+    pending = list(keep)
+    while pending:
+        spec = by_id.get(pending.pop())
+        for dep in spec.after if spec else ():
+            if dep not in keep:
+                keep.add(dep)
+                pending.append(dep)
+    return [s for s in specs if s.id in keep]
+
+
+class _Run:
+    """One validation in progress."""
+
+    def __init__(self, subject: Subject, policy: Policy, on_check: OnCheck | None) -> None:
+        self.subject = subject
+        self.policy = policy
+        self.on_check = on_check
+        self.results: list[CheckResult] = []
+        self.blocked: set[str] = set()
+        self.relaunches = 0
+        self.deaths_seen: set[int] = set()
+        self.deadline = time.monotonic() + subject.config.budget_s
+
+    def _prerequisite(self, spec: CheckSpec) -> Finding | None:
+        subject = self.subject
+        for dep in spec.after:
+            result = subject.results.get(dep)
+            if result is not None and (result.status in ("fail", "error") or dep in self.blocked):
+                self.blocked.add(spec.id)
+                return skipped(
+                    f"depends on {dep}, which did not pass", measured={"blocked_by": dep}
+                )
+        reasons = {
+            "folder": (subject.folder is None, "the target is a URL: there are no files to read"),
+            "server": (subject.url is None, "no running server (it did not start, or died)"),
+            "episode": (
+                subject.url is None or not subject.cache.get("episode_ok"),
+                "no episode could run (protocol.episode did not pass, or the server died)",
+            ),
+            "ws": (subject.transport != "ws", "the server has no WebSocket sessions"),
+            "taskset": (subject.taskset is None, "no taskset was given (--taskset)"),
+            "process": (subject.server is None, "the server is not a local process"),
+            "model": (not subject.config.model, "no model was given (--model)"),
+        }
+        for need in spec.needs:
+            missing, why = reasons[need]
+            if missing:
+                if need in ("server", "episode"):
+                    self.blocked.add(spec.id)
+                return skipped(why)
+        return None
+
+    async def run_check(self, spec: CheckSpec) -> CheckResult:
+        subject = self.subject
+        started = time.perf_counter()
+        finding = self._prerequisite(spec)
+        if finding is None:
+            finding = await self._execute(spec)
+        evidence = list(finding.evidence)
+        died = self._server_died()
+        if died is not None:
+            evidence.append({"server": died})
+        result = CheckResult(
+            id=spec.id,
+            level=spec.level,
+            status=finding.status,
+            severity=self.policy.severity(spec.id),
+            summary=finding.summary[:1000],
+            measured=_jsonable(finding.measured),
+            evidence=_jsonable(evidence[:20]),
+            remediation=finding.remediation if finding.status != "pass" else None,
+            duration_s=round(time.perf_counter() - started, 4),
+        )
+        subject.results[spec.id] = result
+        self.results.append(result)
+        logger.info("%s %s: %s", spec.id, result.status, result.summary)
+        if self.on_check is not None:
+            self.on_check(result)
+        if died is not None:
+            subject.url = None
+            if self.relaunches < MAX_RELAUNCHES:  # so that one crash does not fail every check
+                self.relaunches += 1
+                try:
+                    await subject.launch()
+                except (EnvError, OSError) as exc:
+                    logger.warning("relaunching the server failed: %s", exc)
+        subject.sample_rss()
+        return result
+
+    def _server_died(self) -> str | None:
+        server = self.subject.server
+        if server is None or server.process.poll() is None or id(server) in self.deaths_seen:
+            return None
+        self.deaths_seen.add(id(server))
+        return (
+            f"the server process exited with code {server.process.returncode} during this "
+            f"check. Its output ends with: {server.log_tail(8)[-800:]}"
+        )
+
+    async def _execute(self, spec: CheckSpec) -> Finding:
+        subject = self.subject
+        config = subject.config
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            return Finding(
+                "error",
+                f"the validation's time budget ({config.budget_s:g}s) ran "
+                "out before this check started",
+            )
+        limit = config.stat_timeout_s if spec.level == "statistical" else config.check_timeout_s
+        budget_bound = remaining < limit
+        timeout = min(limit, remaining)
+        subject.current_check = spec.id
+        first_exchange = len(subject.exchanges)
+        try:
+            async with asyncio.timeout(timeout):
+                return await spec.fn(subject)
+        except TimeoutError:
+            tail = [e.evidence() for e in subject.exchanges[first_exchange:][-3:]]
+            if budget_bound:
+                return Finding(
+                    "error",
+                    f"the validation's time budget ({config.budget_s:g}s) "
+                    "ran out during this check",
+                    evidence=tail,
+                )
+            return failed(
+                f"the check did not finish within {timeout:g}s",
+                "Answer every request promptly: the env hung or was too slow for this check.",
+                evidence=tail,
+            )
+        except EnvError as exc:
+            tail = [e.evidence() for e in subject.exchanges[first_exchange:][-3:]]
+            return failed(
+                f"the env broke the check: {type(exc).__name__}: {exc}"[:600],
+                "Answer every protocol request with a well-formed frame.",
+                evidence=tail,
+            )
+        except TaskhubError as exc:
+            return Finding("error", f"{type(exc).__name__}: {exc}"[:600])
+        except Exception as exc:  # a bug in a check must not end the validation
+            logger.exception("check %s crashed", spec.id)
+            return Finding(
+                "error",
+                f"the check crashed: {type(exc).__name__}: {exc}"[:600],
+                evidence=[traceback.format_exc()[-1500:]],
+            )
+
+
+async def validate_async(
+    target: str,
+    config: ValidationConfig | None = None,
+    *,
+    on_check: OnCheck | None = None,
+    on_launch: Callable[[LocalServer], None] | None = None,
+    log_dir: Path | None = None,
+) -> ValidationReport:
+    """Validate an env and return its report card.
+
+    Args:
+        target: An env folder, a built-in env name, an ``http(s)://``/``ws(s)://`` URL of a
+            running server, a Space id, or a git source ``git+URL@commit[#subdirectory=P]``.
+        config: What to run and the deadlines (defaults when None).
+        on_check: Called with each check's result as soon as it is known.
+        on_launch: Called with each env server launched (before it is healthy), so that a
+            supervisor can kill it if this process dies.
+        log_dir: Where launched servers write their output (a temp folder when None).
+
+    Returns:
+        The report: every check, and the verdict of the severity policy. Verdict
+        ``unsupported`` (exit code 2) when the target is not an OpenEnv env.
+
+    Raises:
+        ConfigError: Unknown policy or check id.
+        TasksetError: The taskset cannot be loaded.
+    """
+    config = config or ValidationConfig()
+    policy = load_policy(config.policy)
+    specs = _selected(registered_checks(), config.checks)
+    started_at = datetime.now(UTC)
+    started = time.perf_counter()
+    workdir: Path | None = None
+
+    def report(**fields: Any) -> ValidationReport:
+        verdict = fields.pop("verdict")
+        return ValidationReport(
+            target=fields.pop("target", target),
+            target_kind=fields.pop("target_kind", "folder"),
+            name=fields.pop("name", config.name or Path(target.rstrip("/")).name or target),
+            policy={"name": policy.name, "version": policy.version},
+            verdict=verdict,
+            exit_code=EXIT_CODES[verdict],
+            started_at=started_at,
+            duration_s=round(time.perf_counter() - started, 3),
+            taskhub_version=__version__,
+            model=config.model,
+            **fields,
+        )
+
+    kind: TargetKind
+    folder: Path | None = None
+    url: str | None = None
+    shown = target
+    git = parse_git(target)
+    try:
+        if git is not None:
+            workdir = temp_workdir()
+            folder, sha = await clone(git, workdir / "src", timeout=min(config.budget_s, 300))
+            kind, shown = (
+                "git",
+                f"{git.url}@{sha}"
+                + (f"#subdirectory={git.subdirectory}" if git.subdirectory else ""),
+            )
+        else:
+            resolved = resolve_env(target)
+            kind = "url" if resolved.kind == "space" else resolved.kind
+            folder, url = resolved.path, resolved.url
+    except EnvLaunchError as exc:
+        if workdir is not None:
+            remove_tree(workdir)
+        return report(
+            verdict="unsupported",
+            target_kind="git" if git else "folder",
+            error=ErrorInfo(type=type(exc).__name__, message=str(exc), boundary="validate"),
+        )
+    if folder is not None and not (folder / "openenv.yaml").is_file():
+        if workdir is not None:
+            remove_tree(workdir)
+        return report(
+            verdict="unsupported",
+            target=shown,
+            target_kind=kind,
+            error=ErrorInfo(
+                type="UnsupportedTarget",
+                boundary="validate",
+                message=f"{folder} has no openenv.yaml: not an OpenEnv env folder",
+            ),
+        )
+    manifest = read_manifest(folder) if folder is not None else None
+    digest = source_digest(folder) if folder is not None else None
+    taskset_source = config.taskset or default_taskset(kind, target, folder)
+    try:
+        taskset = load_taskset(taskset_source) if taskset_source else None
+    except BaseException:
+        if workdir is not None:
+            remove_tree(workdir)
+        raise
+    if taskset is not None:
+        tasks = sample_tasks(taskset, config.split, config.tasks)
+    else:
+        tasks = [Task(task_id=f"seed-{s}", reset={"seed": s}) for s in (11, 22, 33)]
+    name = (
+        config.name
+        or (manifest.name if manifest and manifest.name else None)
+        or (folder.name if folder else target)
+    )
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(config.op_timeout_s, connect=5.0), follow_redirects=False
+    ) as http:
+        subject = Subject(
+            target=shown,
+            kind=kind,
+            config=config,
+            policy=policy,
+            http=http,
+            folder=folder,
+            manifest=manifest,
+            url=url,
+            taskset=taskset,
+            taskset_source=taskset_source,
+            tasks=tasks,
+            log_dir=log_dir or (workdir / "logs" if workdir else None),
+            python=config.python,
+            on_launch=on_launch,
+        )
+        run = _Run(subject, policy, on_check)
+        error: ErrorInfo | None = None
+        try:
+            for spec in specs:
+                await run.run_check(spec)
+        except Exception as exc:  # the aggregator itself failed: an internal error
+            logger.exception("validation of %s failed", target)
+            error = ErrorInfo(type=type(exc).__name__, message=str(exc), boundary="validate")
+        finally:
+            subject.stop()
+            if workdir is not None:
+                remove_tree(workdir)
+    results = run.results
+    if error is not None:
+        verdict = "error"
+    elif (
+        kind == "url"
+        and subject.passed("runtime.startup")
+        and all(
+            subject.results.get(c) is not None and subject.results[c].status != "pass"
+            for c in RECOGNITION
+        )
+    ):
+        verdict = "unsupported"
+        error = ErrorInfo(
+            type="UnsupportedTarget",
+            boundary="validate",
+            message=f"{target} does not serve the OpenEnv protocol",
+        )
+    else:
+        verdict = policy.verdict_of(results)
+    return report(
+        verdict=verdict,
+        target=shown,
+        target_kind=kind,
+        name=name,
+        env_metadata=subject.metadata,
+        taskset=taskset.ref if taskset is not None else None,
+        checks=results,
+        error=error,
+        source_digest=digest,
+    )
+
+
+def validate(
+    target: str, config: ValidationConfig | None = None, **kwargs: Any
+) -> ValidationReport:
+    """Run ``validate_async`` to completion."""
+    return asyncio.run(validate_async(target, config, **kwargs))
