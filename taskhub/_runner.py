@@ -20,7 +20,7 @@ import re
 import secrets
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -519,19 +519,13 @@ class _Runner:
             card_max_steps=plan.taskset.card.max_steps,
             model_seed=config.sampling.seed,
         )
-        task_hash, env_seed, episode_id = episode.task_hash, episode.env_seed, episode.episode_id
-        payload, max_steps, model_seed = (
-            episode.reset_payload,
-            episode.max_steps,
-            episode.model_seed,
-        )
-        sampling = config.sampling.model_copy(update={"seed": model_seed})
+        sampling = config.sampling.model_copy(update={"seed": episode.model_seed})
         attempts = 0
         capacity_deadline = time.monotonic() + CAPACITY_WAIT_S
         capacity_delay = 0.1
         while True:
             attempts += 1
-            trace = EpisodeTrace(reset_payload=payload)
+            trace = EpisodeTrace(reset_payload=episode.reset_payload)
             started_at, started = _now(), time.perf_counter()
             error: BaseException | None = None
             try:
@@ -546,11 +540,11 @@ class _Runner:
                                 action_schema=self.env_info.action_schema
                                 if self.env_info
                                 else None,
-                                reset_payload=payload,
+                                reset_payload=episode.reset_payload,
                                 sampling=sampling,
-                                max_steps=max_steps,
+                                max_steps=episode.max_steps,
                                 format_retries=config.format_retries,
-                                episode_seed=model_seed,
+                                episode_seed=episode.model_seed,
                                 trace=trace,
                             )
                     except EnvCapacityError:
@@ -585,82 +579,87 @@ class _Runner:
                 logger.info("episode %s#%d: %s; retrying", task.task_id, sample, error)
                 await asyncio.sleep(min(0.5 * 2 ** (attempts - 1), 10.0))
                 continue
-            return await self._record(
-                task,
-                task_hash,
-                sample,
-                env_seed,
-                episode_id,
+            return await record_episode(
+                episode,
                 trace,
                 error,
-                attempts,
-                started_at,
-                time.perf_counter() - started,
+                run_id=plan.run_id,
+                split=plan.split,
+                attempts=attempts,
+                started_at=started_at,
+                duration=time.perf_counter() - started,
+                rewards=plan.task_rewards[task.task_id],
+                success_threshold=plan.success_threshold,
             )
 
-    async def _record(
-        self,
-        task: Task,
-        task_hash: str,
-        sample: int,
-        seed: int,
-        episode_id: str,
-        trace: EpisodeTrace,
-        error: BaseException | None,
-        attempts: int,
-        started_at: datetime,
-        duration: float,
-    ) -> EpisodeRecord:
-        outcome = "scored"
-        if isinstance(error, AgentFormatError):
-            outcome = "agent_error"
-        elif error is not None:
-            outcome = "infra_error"
-        initial = trace.initial
-        record = EpisodeRecord(
-            run_id=self.plan.run_id,
-            episode_id=episode_id,
-            task_id=task.task_id,
-            task_hash=task_hash,
-            split=self.plan.split,
-            sample=sample,
-            seed=seed,
-            outcome=outcome,  # type: ignore[arg-type]
-            reward=None,
-            success=None,
-            env_reward=sum(s.reward or 0.0 for s in trace.steps) if initial else None,
-            error=ErrorInfo.from_exception(error) if error is not None else None,
-            attempts=attempts,
-            terminated=trace.terminated,
-            truncated=trace.truncated,
-            num_steps=len(trace.steps),
-            reset_payload=trace.reset_payload,
-            initial_observation=initial.observation if initial else None,
-            reset_metadata=initial.metadata if initial else None,
-            steps=trace.steps,
-            messages=trace.messages,
-            usage=trace.usage,
-            started_at=started_at,
-            duration_s=duration,
-            env_time_s=trace.env_time_s,
-            model_time_s=trace.model_time_s,
-            task=task,
-        )
-        if outcome == "infra_error":
-            return record
-        components, total, reward_error = await score_episode(
-            record, self.plan.task_rewards[task.task_id]
-        )
-        update: dict[str, Any] = {"reward_components": components, "reward": total}
-        if reward_error is not None:
-            if outcome == "scored":  # an agent error stays one; its component keeps the message
-                update["outcome"] = "reward_error"
-                update["error"] = ErrorInfo(
-                    type="RewardError", message=reward_error, boundary="reward"
-                )
-        elif total is not None:
-            update["success"] = total >= self.plan.success_threshold
-        return record.model_copy(update=update)
+
+async def record_episode(
+    episode: EpisodePlan,
+    trace: EpisodeTrace,
+    error: BaseException | None,
+    *,
+    run_id: str,
+    split: str,
+    attempts: int,
+    started_at: datetime,
+    duration: float,
+    rewards: Sequence[BoundReward],
+    success_threshold: float,
+) -> EpisodeRecord:
+    """Turn a played episode into its record: outcome, error, rewards, success.
+
+    ``scored`` unless ``error`` says otherwise: an ``AgentFormatError`` is an ``agent_error``
+    (scored with what it earned), anything else an ``infra_error`` (not scored). A reward that
+    fails on a scored episode makes it a ``reward_error``; an agent error stays one (its failed
+    component keeps the message).
+    """
+    outcome = "scored"
+    if isinstance(error, AgentFormatError):
+        outcome = "agent_error"
+    elif error is not None:
+        outcome = "infra_error"
+    initial = trace.initial
+    task = episode.task
+    record = EpisodeRecord(
+        run_id=run_id,
+        episode_id=episode.episode_id,
+        task_id=task.task_id,
+        task_hash=episode.task_hash,
+        split=split,
+        sample=episode.sample,
+        seed=episode.env_seed,
+        outcome=outcome,  # type: ignore[arg-type]
+        reward=None,
+        success=None,
+        env_reward=sum(s.reward or 0.0 for s in trace.steps) if initial else None,
+        error=ErrorInfo.from_exception(error) if error is not None else None,
+        attempts=attempts,
+        terminated=trace.terminated,
+        truncated=trace.truncated,
+        num_steps=len(trace.steps),
+        reset_payload=trace.reset_payload,
+        initial_observation=initial.observation if initial else None,
+        reset_metadata=initial.metadata if initial else None,
+        steps=trace.steps,
+        messages=trace.messages,
+        usage=trace.usage,
+        started_at=started_at,
+        duration_s=duration,
+        env_time_s=trace.env_time_s,
+        model_time_s=trace.model_time_s,
+        task=task,
+    )
+    if outcome == "infra_error":
+        return record
+    components, total, reward_error = await score_episode(record, rewards)
+    update: dict[str, Any] = {"reward_components": components, "reward": total}
+    if reward_error is not None:
+        if outcome == "scored":
+            update["outcome"] = "reward_error"
+            update["error"] = ErrorInfo(type="RewardError", message=reward_error, boundary="reward")
+    elif total is not None:
+        update["success"] = total >= success_threshold
+    return record.model_copy(update=update)
 
 
 @functools.cache

@@ -24,13 +24,18 @@ import httpx
 
 from taskhub._agent import EpisodeTrace, Templates, public_action_schema, run_episode
 from taskhub._errors import AgentFormatError, ConfigError, EnvCapacityError, TaskhubError
-from taskhub._rewards import BoundReward, RewardSet, score_episode
-from taskhub._runner import CAPACITY_WAIT_S, EpisodePlan, SessionPool, plan_episode
+from taskhub._rewards import BoundReward, RewardSet
+from taskhub._runner import (
+    CAPACITY_WAIT_S,
+    EpisodePlan,
+    SessionPool,
+    plan_episode,
+    record_episode,
+)
 from taskhub._schema import (
     ChatMessage,
     EnvInfo,
     EpisodeRecord,
-    ErrorInfo,
     SamplingParams,
     Task,
 )
@@ -414,55 +419,24 @@ class TrainingEnv:
         started_at: datetime,
         duration: float,
     ) -> EpisodeRecord:
-        outcome = "scored"
-        if isinstance(error, AgentFormatError):
-            outcome = "agent_error"
-        elif error is not None:
-            outcome = "infra_error"
-        initial = trace.initial
-        record = EpisodeRecord(
+        """Record a played episode exactly as ``taskhub eval`` would (``record_episode``)."""
+        if error is not None and not isinstance(error, AgentFormatError):
+            logger.warning("episode %s failed: %s", plan.task.task_id, error)
+        return await record_episode(
+            plan,
+            trace,
+            error,
             run_id=TRAINING_RUN_ID,
-            episode_id=plan.episode_id,
-            task_id=plan.task.task_id,
-            task_hash=plan.task.content_hash(),
             split=next(
                 (s for s, ts in self.taskset.splits.items() if plan.task in ts),
                 self.taskset.default_split(),
             ),
-            sample=plan.sample,
-            seed=plan.env_seed,
-            outcome=outcome,  # type: ignore[arg-type]
-            reward=None,
-            success=None,
-            env_reward=sum(s.reward or 0.0 for s in trace.steps) if initial else None,
-            error=ErrorInfo.from_exception(error) if error is not None else None,
-            terminated=trace.terminated,
-            truncated=trace.truncated,
-            num_steps=len(trace.steps),
-            reset_payload=trace.reset_payload,
-            initial_observation=initial.observation if initial else None,
-            reset_metadata=initial.metadata if initial else None,
-            steps=trace.steps,
-            messages=trace.messages,
-            usage=trace.usage,
+            attempts=1,
             started_at=started_at,
-            duration_s=duration,
-            env_time_s=trace.env_time_s,
-            model_time_s=trace.model_time_s,
-            task=plan.task,
+            duration=duration,
+            rewards=self._rewards_for(plan.task),
+            success_threshold=self.taskset.card.success_threshold,
         )
-        if outcome == "infra_error":
-            logger.warning("episode %s failed: %s", plan.task.task_id, error)
-            return record
-        components, total, reward_error = await score_episode(record, self._rewards_for(plan.task))
-        update: dict[str, Any] = {"reward_components": components, "reward": total}
-        if reward_error is not None:
-            update["outcome"] = "reward_error"
-            update["error"] = ErrorInfo(type="RewardError", message=reward_error, boundary="reward")
-        elif total is not None:
-            threshold = self.taskset.card.success_threshold
-            update["success"] = total >= threshold
-        return record.model_copy(update=update)
 
     def score_completions(
         self, tasks: Sequence[Task], completions: Sequence[str], *, sample: int = 0
