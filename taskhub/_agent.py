@@ -194,7 +194,14 @@ def validate_action(action: dict[str, Any], schema: dict[str, Any] | None) -> st
     if not schema:
         return None
     validator = _validator(schema)
+    # Discrete action spaces repeat the same few actions: remember which ones were valid.
+    key = (id(validator), json.dumps(action, sort_keys=True, default=repr))
+    if key in _VALID_ACTIONS:
+        return None
     if validator.is_valid(action):
+        if len(_VALID_ACTIONS) > 4096:
+            _VALID_ACTIONS.clear()
+        _VALID_ACTIONS.add(key)
         return None
     error = jsonschema.exceptions.best_match(validator.iter_errors(action))
     if error is None:
@@ -204,6 +211,7 @@ def validate_action(action: dict[str, Any], schema: dict[str, Any] | None) -> st
 
 
 _VALIDATORS: dict[int, tuple[dict[str, Any], jsonschema.Draft202012Validator]] = {}
+_VALID_ACTIONS: set[tuple[int, str]] = set()
 
 
 def _validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
@@ -212,6 +220,8 @@ def _validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
     if cached is None or cached[0] is not schema:
         if len(_VALIDATORS) > 64:
             _VALIDATORS.clear()
+        # a new validator may reuse a dropped one's id: forget what that one accepted
+        _VALID_ACTIONS.clear()
         cached = (schema, jsonschema.Draft202012Validator(schema))
         _VALIDATORS[id(schema)] = cached
     return cached[1]
