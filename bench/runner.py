@@ -5,7 +5,7 @@ exchange per episode: open a WebSocket session, reset with the row's kwargs, ste
 oracle actions until done, close. taskhub adds everything a real run does on top (prompt
 rendering, action parsing and validation, rewards, records written to disk, progress).
 
-    python bench/runner.py [--episodes 400] [--repeats 3]
+    python bench/runner.py [--episodes 300] [--repeats 5]
 
 Prints episodes/s and steps/s for both at 1 and 8 concurrent sessions, and the ratio
 taskhub / raw (target: >= 0.8 at both).
@@ -125,8 +125,13 @@ async def bench(name: str, episodes: int, repeats: int) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--episodes", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=300,
+        help="episodes per measurement (at most the train split: 300 arith, 200 gridworld)",
+    )
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--envs", nargs="+", default=["gridworld", "arith"])
     args = parser.parse_args()
     rows = []

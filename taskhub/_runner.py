@@ -291,6 +291,7 @@ class _Plan:
     success_threshold: float
     manifest: RunManifest | None = None
     done: set[tuple[str, int]] = field(default_factory=set)
+    previous: list[EpisodeRecord] = field(default_factory=list)
 
     def items(self) -> Iterator[tuple[Task, int]]:
         for task in self.tasks:
@@ -301,6 +302,13 @@ class _Plan:
     @property
     def n_planned(self) -> int:
         return len(self.tasks) * self.config.samples
+
+
+def _summary_row(record: EpisodeRecord) -> EpisodeRecord:
+    """The record without its trajectory: what ``summarize`` reads, at a fraction of the memory."""
+    return record.model_copy(
+        update={"steps": [], "messages": [], "initial_observation": None, "reset_payload": {}}
+    )
 
 
 def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, tuple[Task, ...]]:
@@ -374,6 +382,9 @@ class _Runner:
         self.env_info: EnvInfo | None = None
         self.stop_reason: str | None = None
         self.fatal: BaseException | None = None
+        # What the summary needs of every record (earlier sessions' too), without trajectories:
+        # the file is not read again at the end of a long run.
+        self.rows = [_summary_row(r) for r in plan.previous]
 
     async def run(self) -> RunResult:
         plan, config = self.plan, self.config
@@ -439,8 +450,7 @@ class _Runner:
             if self.env_info is not None:
                 write_manifest(plan.run_dir, self._manifest(provider, name, status))
         manifest = read_manifest(plan.run_dir)
-        records = read_results(plan.run_dir)
-        return RunResult(plan.run_dir, manifest, summarize(records, n_planned=plan.n_planned))
+        return RunResult(plan.run_dir, manifest, summarize(self.rows, n_planned=plan.n_planned))
 
     def _manifest(self, provider: str, name: str, status: RunStatus) -> RunManifest:
         plan, config = self.plan, self.config
@@ -489,6 +499,7 @@ class _Runner:
                     return
                 assert record is not None and self.writer is not None
                 self.writer.write(record)
+                self.rows.append(_summary_row(record))
                 logger.info(
                     "episode %s#%d: %s reward=%s steps=%d",
                     record.task_id,
@@ -756,7 +767,8 @@ async def resume_async(
     taskset = Taskset(ref, taskset.card, taskset.splits)
     plan = _plan(config, taskset, run_dir, manifest.run_id)
     repair_results(run_dir / EPISODES)
-    plan.done = {r.key() for r in read_results(run_dir)}
+    plan.previous = read_results(run_dir)
+    plan.done = {r.key() for r in plan.previous}
     async with _make_http() as http:
         runner = _Runner(
             plan,
