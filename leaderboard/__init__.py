@@ -14,7 +14,7 @@ Example::
 
 from __future__ import annotations
 
-from ._inputs import Inputs, Resolver, RunInput, resolve_inputs
+from ._inputs import Inputs, Resolver, RunInput, hub_resolver, resolve_inputs
 from ._serve import make_server
 from ._site import SiteInfo, build_site
 
@@ -24,6 +24,7 @@ __all__ = [
     "RunInput",
     "SiteInfo",
     "build_site",
+    "hub_resolver",
     "make_server",
     "resolve_inputs",
 ]

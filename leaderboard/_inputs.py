@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from taskhub import ConfigError, ResultsError, RunManifest, ValidationReport, read_manifest
+from taskhub import (
+    ConfigError,
+    ResultsError,
+    RunManifest,
+    TaskhubError,
+    ValidationReport,
+    pull_results,
+    read_manifest,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +61,40 @@ class Inputs:
 #: A resolver turns one source it recognises (``hf://datasets/org/results``...) into
 #: ``Inputs``, and returns None for a source that is not its kind.
 Resolver = Callable[[str], Inputs | None]
+
+
+_HUB_REPO = re.compile(
+    r"^(?:hf://(?:datasets/)?)?(?P<repo>[\w.-]+/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$"
+)
+
+
+def hub_resolver(*, token: str | None = None) -> Resolver:
+    """A resolver for Hub results datasets (``taskhub results push``): ``org/name[@rev]``.
+
+    Also written ``hf://datasets/org/name[@rev]``. A plain ``org/name`` that exists as a local
+    path stays a path. Each run of the repo, at the resolved commit, is downloaded once (see
+    ``taskhub.pull_results``) and shown like a local run directory.
+
+    Args:
+        token: Hub token for private results repos.
+    """
+
+    def resolve(source: str) -> Inputs | None:
+        match = _HUB_REPO.match(source)
+        if match is None or (not source.startswith("hf://") and Path(source).exists()):
+            return None
+        try:
+            run_dirs = pull_results(match.group("repo"), match.group("rev"), token=token)
+        except TaskhubError as exc:
+            if source.startswith("hf://"):
+                raise
+            raise ConfigError(
+                f"{source}: no such file or directory, and not a readable Hub results dataset "
+                f"({exc})"
+            ) from None
+        return Inputs(runs=[_run(d / MANIFEST, d / EPISODES) for d in run_dirs])
+
+    return resolve
 
 
 def resolve_inputs(sources: Iterable[str | Path], *, resolvers: Sequence[Resolver] = ()) -> Inputs:

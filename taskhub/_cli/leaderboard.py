@@ -22,12 +22,12 @@ app = typer.Typer(
 @app.command("build")
 def build(
     inputs: Annotated[
-        # strings, not paths: a source may be something other than a path (a Hub repo, once a
-        # resolver for it is registered in taskhub.leaderboard.resolve_inputs)
+        # strings, not paths: a source may be a Hub results repo
         list[str],
         typer.Argument(
             help="Run directories, results files (*.jsonl beside their run.json), validation "
-            "reports (*.json), or folders holding any of them (searched recursively).",
+            "reports (*.json), folders holding any of them (searched recursively), or Hub "
+            "results datasets org/name[@revision] (as `taskhub results push` writes them).",
             show_default=False,
         ),
     ],
@@ -47,6 +47,12 @@ def build(
             "bytes)."
         ),
     ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            help="Hub token for private results repos.", envvar="HF_TOKEN", show_default=False
+        ),
+    ] = None,
     validate: Annotated[
         bool,
         typer.Option(
@@ -58,10 +64,17 @@ def build(
 ) -> None:
     """Build the site: models x tasksets, taskset, model and run pages, episodes, env board."""
     from taskhub._cli import fail
-    from taskhub.leaderboard import build_site
+    from taskhub.leaderboard import build_site, hub_resolver
 
     try:
-        info = build_site(inputs, out, title=title, timestamp=timestamp, validate=validate)
+        info = build_site(
+            inputs,
+            out,
+            title=title,
+            timestamp=timestamp,
+            validate=validate,
+            resolvers=[hub_resolver(token=token)],
+        )
     except TaskhubError as exc:
         raise fail(exc) from None
     typer.echo(

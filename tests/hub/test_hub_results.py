@@ -304,3 +304,31 @@ def test_cli_results_push_redacts_secret_environment_variables(
         app, ["results", "push", str(run_dir), repo_id], env={"HF_TOKEN": hf_token}
     )
     assert missing.exit_code == 1 and "is not a run directory" in missing.output
+
+
+def test_leaderboard_builds_from_a_hub_results_repo(
+    results_repo: dict[str, Any], hf_token: str, tmp_path: Path
+) -> None:
+    repo_id = results_repo["repo_id"]
+    site = tmp_path / "site"
+    result = cli.invoke(
+        app, ["leaderboard", "build", repo_id, "-o", str(site), "--token", hf_token]
+    )
+    assert result.exit_code == 0, result.output
+    assert "for 2 runs" in result.stdout
+    pages = {p.name for p in (site / "runs").glob("*.html")}
+    assert any("run-a" in name for name in pages) and any("run-b" in name for name in pages)
+    missing = cli.invoke(
+        app,
+        [
+            "leaderboard",
+            "build",
+            "no-org/no-such-results",
+            "-o",
+            str(tmp_path / "x"),
+            "--token",
+            hf_token,
+        ],
+    )
+    assert missing.exit_code == 1
+    assert "no such file or directory, and not a readable Hub results dataset" in missing.stderr
