@@ -77,8 +77,8 @@ def corpus_batch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     out = tmp_path_factory.mktemp("corpus-batch")
     rows = [{"name": name, "folder": str(ENVS / name)} for name in EXPECTED]
-    # the hang outlasts its deadline: the batch must kill it and carry on
-    rows.append({"name": "hangs", "folder": str(ENVS / "hangs"), "deadline_s": 6})
+    # the hang (a 60 s startup wait) outlasts its 10 s deadline: the batch must kill it and carry on
+    rows.append({"name": "hangs", "folder": str(ENVS / "hangs"), "deadline_s": 10})
     submissions_file = out / "submissions.jsonl"
     submissions_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     submissions = read_submissions(submissions_file)

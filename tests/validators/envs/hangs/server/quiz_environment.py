@@ -1,4 +1,4 @@
-"""Defect: the server accepts sessions and then hangs on the first reset."""
+"""Defect: the server hangs while it starts: /health never answers."""
 
 from __future__ import annotations
 
@@ -24,9 +24,6 @@ class QuizEnv(QuizEnvironment):
         op: str = "add",
         digits: int = 1,
     ) -> dict[str, Any]:
-        import time
-
-        time.sleep(3600)  # blocks the server's event loop: nothing answers any more
         return super().reset(seed=seed, episode_id=episode_id, op=op, digits=digits)
 
     def step(self, action: dict[str, Any]) -> tuple[dict[str, Any], float | None, bool]:
