@@ -8,10 +8,12 @@ scores the same input the same way every time.
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 from typing import Any
 
-from taskhub import EnvClosedError, EnvConnectError, EnvTimeout, Task, canonical_json
+from taskhub import EnvClosedError, EnvConnectError, EnvError, EnvTimeout, Task, canonical_json
 
 from ._check import Finding, JsonObject, check, failed, passed, skipped
 from ._runtime import noop_policy, stable_state
@@ -596,4 +598,120 @@ async def check_verifier_determinism(subject: Subject) -> Finding:
     return passed(
         f"{len(measured_rewards)} tasks replayed {REPLAYS}x with identical rewards",
         measured=measured,
+    )
+
+
+# --- semantic.replayability --------------------------------------------------------------------
+
+#: Recorded episodes replayed by the replayability check.
+REPLAY_EPISODES = 4
+
+
+def replay_key(trajectory: Trajectory) -> str:
+    """What a replay must reproduce: observations (no metadata), rewards, dones, the error."""
+    frames: list[Any] = []
+    if trajectory.first is not None:
+        frames.append([observation_key(trajectory.first.observation), trajectory.first.done])
+    for action, result in trajectory.steps:
+        frames.append(
+            [
+                canonical_json(action),
+                observation_key(result.observation),
+                result.reward,
+                result.done,
+            ]
+        )
+    frames.append(type(trajectory.error).__name__ if trajectory.error else None)
+    return canonical_json(frames)
+
+
+def _recorded(subject: Subject) -> list[tuple[Task, Trajectory]]:
+    """Clean recorded episodes to replay: oracle runs first, then do-nothing runs."""
+    oracle: list[tuple[Task, Trajectory]] = subject.cache.get("oracle_runs") or []
+    reference = [(task, run) for task, _, run in subject.cache.get("reference_runs") or []]
+    picked: list[tuple[Task, Trajectory]] = []
+    for task, run in oracle[: REPLAY_EPISODES - 1] + reference:
+        if run.error is None and run.first is not None and len(picked) < REPLAY_EPISODES:
+            picked.append((task, run))
+    return picked
+
+
+def _other_hash_seed() -> str:
+    """A ``PYTHONHASHSEED`` unlike this process's (which the first server inherited)."""
+    current = os.environ.get("PYTHONHASHSEED", "")
+    seed = secrets.randbelow(2**32 - 1) + 1
+    if current.isdigit():
+        seed = (int(current) % (2**32 - 1)) + 1
+    return str(seed)
+
+
+@check(
+    "semantic.replayability",
+    level="semantic",
+    order=76,
+    needs=("episode",),
+    after=("runtime.episode_determinism", "semantic.verifier_determinism"),
+)
+async def check_replayability(subject: Subject) -> Finding:
+    """A recorded episode replays identically on a restarted server.
+
+    The recorded actions are sent again, with the same reset kwargs, to a fresh server process
+    (a launched env is stopped and started again, under a different ``PYTHONHASHSEED``); the
+    observations, rewards and dones must match the recording. Episode and verifier determinism
+    replay within one process (and must pass first), so this is what catches state that lives
+    as long as the process: salted ``hash()`` values, set iteration order, counters, caches,
+    clocks read at import.
+    A running server that taskhub did not launch is replayed in fresh sessions, not restarted.
+    """
+    recorded = _recorded(subject)
+    if not recorded:
+        return skipped("no clean episode was recorded (oracle and do-nothing runs all failed)")
+    restarted = subject.server is not None and subject.folder is not None
+    hash_seed = None
+    if restarted:
+        hash_seed = _other_hash_seed()
+        subject.stop()
+        subject.url = None
+        try:
+            await subject.launch(env={"PYTHONHASHSEED": hash_seed})
+        except (EnvError, OSError) as exc:
+            return failed(
+                f"the server did not start again after a restart: {type(exc).__name__}: {exc}",
+                "Start from a clean process every time: no state kept on disk between runs "
+                "that stops the server from coming back.",
+            )
+    differing: list[Any] = []
+    for task, run in recorded:
+        actions = [action for action, _ in run.steps]
+        fresh_id = subject.reset_kwargs(task, tag="replay-restart")["episode_id"]
+        kwargs = {**run.reset_kwargs, "episode_id": fresh_id}
+        replay = await subject.play(
+            kwargs,
+            lambda i, _r, actions=actions: actions[i] if i < len(actions) else None,
+            max_steps=len(actions),
+        )
+        if replay_key(replay) != replay_key(run):
+            differing.append(
+                {"task_id": task.task_id, "recorded": run.describe(), "replayed": replay.describe()}
+            )
+    measured: JsonObject = {
+        "episodes": len(recorded),
+        "steps": sum(len(run.steps) for _, run in recorded),
+        "server_restarted": restarted,
+        "pythonhashseed": hash_seed,
+        "differing": len(differing),
+    }
+    where = "a restarted server" if restarted else "the running server, in fresh sessions"
+    if differing:
+        return failed(
+            f"{len(differing)} of {len(recorded)} recorded episodes replayed differently on "
+            f"{where}",
+            "Derive every observation and reward from the reset arguments and the actions only: "
+            "no hash() of strings (salted per process), no set iteration order, no counters, "
+            "caches or clocks that outlive an episode.",
+            measured=measured,
+            evidence=differing[:2],
+        )
+    return passed(
+        f"{len(recorded)} recorded episodes replayed identically on {where}", measured=measured
     )

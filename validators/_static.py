@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 import tomllib
 from collections.abc import Iterator
@@ -341,6 +342,226 @@ async def check_timeout_ceiling(subject: Subject) -> Finding:
             measured=measured,
         )
     return passed(f"episode timeout {timeout:g}s is under {ceiling:g}s", measured=measured)
+
+
+# --- static.task_distribution_pinning ----------------------------------------------------------
+
+#: Calls that fetch from the Hub, and the keyword naming what they fetch.
+HUB_FETCHES = {
+    "load_dataset": "path",
+    "snapshot_download": "repo_id",
+    "hf_hub_download": "repo_id",
+}
+#: ``load_dataset`` builders that read the files they are given, not a Hub repo.
+FILE_BUILDERS = frozenset(
+    {"json", "csv", "parquet", "text", "arrow", "pandas", "xml", "sql", "generator", "webdataset"}
+    | {"imagefolder", "audiofolder", "videofolder"}
+)
+#: Suffixes of files that hold tasks (downloaded, or shipped in the folder).
+DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".parquet", ".arrow", ".txt", ".yaml")
+#: Shipped data files read to digest them (bytes, all files together).
+MAX_DIGEST_BYTES = 64 * 1024 * 1024
+_SHA = re.compile(r"[0-9a-f]{40}")
+_URL = re.compile(r"https?://[^\s\"'<>]+")
+_NOT_DATA = frozenset({"openenv.yaml", "package.json", "package-lock.json", "tsconfig.json"})
+_REQUIREMENTS = re.compile(r"(requirements|constraints)[\w.-]*\.txt$", re.IGNORECASE)
+
+
+def _call_name(node: ast.Call) -> str | None:
+    if isinstance(node.func, ast.Name):
+        return node.func.id
+    if isinstance(node.func, ast.Attribute):
+        return node.func.attr
+    return None
+
+
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    """``NAME = "text"`` assignments at module and class level (revisions kept in constants)."""
+    out: dict[str, str] = {}
+    bodies = [tree.body] + [n.body for n in tree.body if isinstance(n, ast.ClassDef)]
+    for body in bodies:
+        for node in body:
+            value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+            if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    out[target.id] = value.value
+                elif isinstance(target, ast.Attribute):
+                    out[target.attr] = value.value
+    return out
+
+
+def _text(node: ast.expr | None, constants: dict[str, str]) -> str | None:
+    """The string an expression always has (a literal, or a constant it names), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return constants.get(node.id)
+    if isinstance(node, ast.Attribute):
+        return constants.get(node.attr)
+    return None
+
+
+def _argument(call: ast.Call, keyword: str) -> ast.expr | None:
+    for item in call.keywords:
+        if item.arg == keyword:
+            return item.value
+    return call.args[0] if call.args else None
+
+
+def _hub_fetch(
+    call: ast.Call, name: str, constants: dict[str, str], folder: Path
+) -> JsonObject | None:
+    """How one Hub fetch pins what it loads; None when it reads local files instead."""
+    target_node = _argument(call, HUB_FETCHES[name])
+    target = _text(target_node, constants)
+    if name == "load_dataset" and target is not None:
+        try:
+            local = target.startswith((".", "/", "~")) or (folder / target).exists()
+        except (OSError, ValueError):
+            local = False
+        if target in FILE_BUILDERS or local:
+            return None  # a packaged builder over data_files, or a folder in the env
+    revision_node = next((k.value for k in call.keywords if k.arg == "revision"), None)
+    revision = _text(revision_node, constants)
+    what = target if target is not None else ast.unparse(target_node or call.func)
+    found: JsonObject = {"kind": "hub", "source": what, "revision": revision}
+    if revision_node is None:
+        found["problem"] = f"{name}({what!r}) has no revision: it loads whatever the repo holds now"
+    elif revision is None:
+        found["revision"] = ast.unparse(revision_node)
+        found["problem"] = (
+            f"{name}({what!r}) takes its revision from {ast.unparse(revision_node)}, which "
+            "cannot be read without running the env"
+        )
+    elif not _SHA.fullmatch(revision):
+        found["problem"] = (
+            f"{name}({what!r}) loads revision {revision!r}, a branch or tag that can move"
+        )
+    return found
+
+
+def _url_fetches(call: ast.Call) -> list[JsonObject]:
+    """Data files a call downloads by a literal URL, and whether a commit or checksum pins them."""
+    checksum = any(
+        k.arg and any(word in k.arg.lower() for word in ("sha256", "checksum", "hash", "md5"))
+        for k in call.keywords
+    )
+    found: list[JsonObject] = []
+    values = list(call.args) + [k.value for k in call.keywords]
+    for value in values:
+        for node in ast.walk(value):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            for url in _URL.findall(node.value):
+                path = url.split("?", 1)[0].split("#", 1)[0]
+                if not path.lower().endswith(DATA_SUFFIXES):
+                    continue
+                item: JsonObject = {"kind": "url", "source": url}
+                if not (checksum or _SHA.search(path)):
+                    item["problem"] = (
+                        f"downloads {url} with no commit in the URL and no checksum: the file "
+                        "can change under the same URL"
+                    )
+                found.append(item)
+    return found
+
+
+def task_sources(folder: Path) -> tuple[list[JsonObject], int]:
+    """Every remote task source in the folder's Python code, and the number of files read."""
+    sources: list[JsonObject] = []
+    scanned = 0
+    for path in _files(folder, "*.py"):
+        if scanned >= MAX_FILES:
+            break
+        try:
+            if path.stat().st_size > MAX_FILE_BYTES:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            tree = ast.parse(text)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        scanned += 1
+        constants = _string_constants(tree)
+        lines = text.splitlines()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = _call_name(node)
+            found = _url_fetches(node)
+            if name in HUB_FETCHES:
+                hub = _hub_fetch(node, name, constants, folder)
+                found += [hub] if hub is not None else []
+            for item in found:
+                item["where"] = f"{path.relative_to(folder)}:{node.lineno}"
+                item["line"] = lines[node.lineno - 1].strip()[:300]
+                sources.append(item)
+    return sources, scanned
+
+
+def shipped_data(folder: Path) -> list[JsonObject]:
+    """The data files shipped in the folder, with their sizes and sha256 digests."""
+    files: list[JsonObject] = []
+    budget = MAX_DIGEST_BYTES
+    for path in _files(folder):
+        rel = path.relative_to(folder)
+        if not path.is_file() or path.name in _NOT_DATA or _REQUIREMENTS.match(path.name):
+            continue
+        if not path.name.lower().endswith(DATA_SUFFIXES) or any(
+            part.startswith(".") for part in rel.parts
+        ):
+            continue
+        size = path.stat().st_size
+        entry: JsonObject = {"path": str(rel), "bytes": size}
+        if size <= budget:
+            entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+            budget -= size
+        files.append(entry)
+    return files
+
+
+@check("static.task_distribution_pinning", level="static", order=16, needs=("folder",))
+async def check_task_distribution_pinning(subject: Subject) -> Finding:
+    """The tasks the env serves cannot change under the same version of the env.
+
+    Tasks generated from the reset arguments, or read from files shipped in the folder, are
+    pinned by the folder itself (their digests are reported). A dataset loaded from the Hub
+    must name a commit sha as its revision (a branch or tag can move), and a data file
+    downloaded by URL needs a commit in the URL or a checksum.
+    """
+    folder = subject.root
+    sources, scanned = task_sources(folder)
+    shipped = shipped_data(folder)
+    unpinned = [s for s in sources if "problem" in s]
+    measured: JsonObject = {
+        "files_scanned": scanned,
+        "remote_sources": len(sources),
+        "unpinned": len(unpinned),
+        "shipped_data_files": shipped[:20],
+    }
+    if unpinned:
+        return failed(
+            f"{len(unpinned)} of {len(sources)} remote task source(s) are not pinned: "
+            f"{unpinned[0]['where']} {unpinned[0]['problem']}",
+            "Pin every task source to a commit: load_dataset(repo, revision=<40-hex sha>) and "
+            "hf_hub_download(..., revision=<sha>), download files by a commit URL or check a "
+            "sha256, or ship the task files in the env folder.",
+            measured=measured,
+            evidence=unpinned[:10],
+        )
+    if sources:
+        return passed(
+            f"{len(sources)} remote task source(s), each pinned to a commit or a checksum",
+            measured=measured,
+            evidence=sources[:10],
+        )
+    return passed(
+        "no remote task source: tasks come from the reset arguments and "
+        f"{len(shipped)} shipped data file(s), pinned by the folder itself",
+        measured=measured,
+    )
 
 
 # --- static.env_implementation -----------------------------------------------------------------

@@ -498,8 +498,11 @@ class Subject:
 
     # --- the local server ----------------------------------------------------------------
 
-    async def launch(self) -> LocalServer:
+    async def launch(self, env: dict[str, str] | None = None) -> LocalServer:
         """Start the env folder's server and wait until ``/health`` answers.
+
+        Args:
+            env: Variables set for the server on top of this process's environment.
 
         Raises:
             EnvLaunchError: The server exited before it became healthy.
@@ -508,7 +511,7 @@ class Subject:
         folder = self.root
         sessions = self.declared_sessions or self.config.sessions
         server = launch_server(
-            folder, max_sessions=sessions, log_dir=self.log_dir, python=self.python
+            folder, max_sessions=sessions, log_dir=self.log_dir, python=self.python, env=env
         )
         if self.on_launch is not None:
             self.on_launch(server)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -173,6 +174,7 @@ def launch_server(
     max_sessions: int | None = None,
     log_dir: Path | None = None,
     python: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> LocalServer:
     """Start the env in ``folder`` with uvicorn on a loopback port (does not wait for it).
 
@@ -182,6 +184,7 @@ def launch_server(
         max_sessions: Exported as ``MAX_CONCURRENT_ENVS`` for envs that read it.
         log_dir: Where the server's output goes (a temp dir when None).
         python: Interpreter to run (this one by default).
+        env: Variables set for the server on top of this process's environment.
 
     Raises:
         EnvLaunchError: The manifest is unusable.
@@ -194,10 +197,10 @@ def launch_server(
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="taskhub-env-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{folder.name}-{port}.log"
-    env = dict(os.environ)
+    variables = {**os.environ, **(env or {})}
     if max_sessions is not None:
-        env["MAX_CONCURRENT_ENVS"] = str(max_sessions)
-    env.setdefault("PYTHONUNBUFFERED", "1")
+        variables["MAX_CONCURRENT_ENVS"] = str(max_sessions)
+    variables.setdefault("PYTHONUNBUFFERED", "1")
     argv = [
         python or sys.executable,
         "-m",
@@ -216,7 +219,7 @@ def launch_server(
         process = subprocess.Popen(
             argv,
             cwd=folder,
-            env=env,
+            env=variables,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

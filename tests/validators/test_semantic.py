@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
+from taskhub.validators import ValidationConfig, validate
 
 from taskhub import Task
-from tests.validators.conftest import ENVS, FAST
+from taskhub.env import launch_server, wait_healthy
+from tests.validators.conftest import ENVS, FAST, QUIZ
 
 sys.path.insert(0, str(ENVS / "_lite"))
 from openenv_lite import make_question  # noqa: E402
@@ -76,3 +80,28 @@ def test_leaking_paths_need_the_answer_in_most_tasks() -> None:
     assert leaking_paths(chance)[0] == {}
     exact = [(t, [{"nested": {"target": int(t.answer)}}]) for t in tasks]  # type: ignore[arg-type]
     assert set(leaking_paths(exact)[0]) == {"nested.target"}
+
+
+def test_replayability_of_a_running_server_replays_in_fresh_sessions_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A URL target cannot be restarted: the check says so, and the salted hash goes unseen."""
+    server = launch_server(ENVS / "salted_hash", log_dir=tmp_path)
+    try:
+
+        async def healthy() -> None:
+            async with httpx.AsyncClient() as http:
+                await wait_healthy(http, server.url, timeout=60, server=server)
+
+        asyncio.run(healthy())
+        config = ValidationConfig(
+            taskset=str(QUIZ), checks=["semantic.replayability", "semantic.oracle_max"], **FAST
+        )
+        report = validate(server.url, config)
+    finally:
+        server.stop()
+    replay = next(c for c in report.checks if c.id == "semantic.replayability")
+    assert replay.status == "pass", replay.summary
+    assert replay.measured["server_restarted"] is False
+    assert replay.measured["pythonhashseed"] is None
+    assert "in fresh sessions" in replay.summary and replay.measured["episodes"] == 4

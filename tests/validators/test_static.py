@@ -190,3 +190,74 @@ def test_mcp_style_environments_count_as_implementations(tmp_path: Path) -> None
     )
     finding = run_check(check_env_implementation, folder)
     assert finding.status == "fail" and "server/app.py:2 route reset" in finding.summary
+
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+#: The call reads no remote task source at all.
+NOT_REMOTE = "not remote"
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ('load_dataset("org/quiz", split="train")', "has no revision"),
+        ('load_dataset("gsm8k", "main")', "has no revision"),  # a canonical Hub dataset
+        ('load_dataset("org/quiz", revision="main")', "a branch or tag that can move"),
+        ('load_dataset("org/quiz", revision="v1.0")', "a branch or tag that can move"),
+        ('load_dataset(name, revision=os.environ["REV"])', "cannot be read without running"),
+        ('hf_hub_download("org/quiz", "tasks.jsonl", repo_type="dataset")', "has no revision"),
+        ('huggingface_hub.snapshot_download(repo_id="org/quiz")', "has no revision"),
+        ('requests.get("https://example.org/data/tasks.jsonl")', "no commit in the URL"),
+        (
+            'pd.read_csv("https://raw.githubusercontent.com/o/r/main/tasks.csv")',
+            "no commit in the URL",
+        ),
+        ('load_dataset("org/quiz", revision="' + SHA + '")', None),
+        ('REV = "' + SHA + '"\nload_dataset("org/quiz", revision=REV)', None),
+        ('load_dataset("json", data_files="data/tasks.jsonl")', NOT_REMOTE),  # local files
+        ('load_dataset("./data")', NOT_REMOTE),
+        ('requests.get("https://raw.githubusercontent.com/o/r/' + SHA + '/tasks.csv")', None),
+        ('fetch("https://example.org/tasks.jsonl", sha256="ab12")', None),
+        ('requests.get("https://api.example.org/v1/score")', NOT_REMOTE),  # not a data file
+    ],
+)
+def test_task_sources_are_pinned_by_commit_or_checksum(
+    tmp_path: Path, source: str, problem: str | None
+) -> None:
+    from taskhub.validators._static import task_sources
+
+    (tmp_path / "server").mkdir()
+    (tmp_path / "server" / "tasks.py").write_text(source + "\n")
+    found, scanned = task_sources(tmp_path)
+    assert scanned == 1
+    if problem == NOT_REMOTE:
+        assert found == []
+        return
+    assert len(found) == 1, found
+    assert found[0]["where"].startswith("server/tasks.py:")
+    if problem is None:
+        assert "problem" not in found[0], found[0]
+    else:
+        assert problem in found[0]["problem"]
+
+
+def test_task_distribution_pinning_digests_shipped_data(env_folder: Path) -> None:
+    from taskhub.validators._static import check_task_distribution_pinning
+
+    (env_folder / "data").mkdir()
+    (env_folder / "data" / "tasks.jsonl").write_text('{"q": "1+1", "a": "2"}\n')
+    finding = run_check(check_task_distribution_pinning, env_folder)
+    assert finding.status == "pass", finding.summary
+    assert finding.measured["shipped_data_files"] == [
+        {
+            "path": "data/tasks.jsonl",
+            "bytes": 23,
+            "sha256": "bc688faec0ebf2251bcd21adf89adfedd7ddc486351e8d708f0a9041be8f6ae1",
+        }
+    ]
+    (env_folder / "server" / "extra.py").write_text(
+        'from datasets import load_dataset\nROWS = load_dataset("org/quiz", revision="main")\n'
+    )
+    finding = run_check(check_task_distribution_pinning, env_folder)
+    assert finding.status == "fail"
+    assert "server/extra.py:2" in finding.summary and finding.remediation
