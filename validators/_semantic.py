@@ -636,6 +636,11 @@ def _recorded(subject: Subject) -> list[tuple[Task, Trajectory]]:
     return picked
 
 
+def _replaying(actions: list[JsonObject]) -> ActionPolicy:
+    """A policy that sends ``actions`` in order, then stops."""
+    return lambda i, _r: actions[i] if i < len(actions) else None
+
+
 def _other_hash_seed() -> str:
     """A ``PYTHONHASHSEED`` unlike this process's (which the first server inherited)."""
     current = os.environ.get("PYTHONHASHSEED", "")
@@ -685,11 +690,7 @@ async def check_replayability(subject: Subject) -> Finding:
         actions = [action for action, _ in run.steps]
         fresh_id = subject.reset_kwargs(task, tag="replay-restart")["episode_id"]
         kwargs = {**run.reset_kwargs, "episode_id": fresh_id}
-        replay = await subject.play(
-            kwargs,
-            lambda i, _r, actions=actions: actions[i] if i < len(actions) else None,
-            max_steps=len(actions),
-        )
+        replay = await subject.play(kwargs, _replaying(actions), max_steps=len(actions))
         if replay_key(replay) != replay_key(run):
             differing.append(
                 {"task_id": task.task_id, "recorded": run.describe(), "replayed": replay.describe()}

@@ -381,10 +381,14 @@ def _string_constants(tree: ast.Module) -> dict[str, str]:
     bodies = [tree.body] + [n.body for n in tree.body if isinstance(n, ast.ClassDef)]
     for body in bodies:
         for node in body:
-            value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+            value: ast.expr | None = None
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                value, targets = node.value, node.targets
+            elif isinstance(node, ast.AnnAssign):
+                value, targets = node.value, [node.target]
             if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
                 continue
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
                 if isinstance(target, ast.Name):
                     out[target.id] = value.value
