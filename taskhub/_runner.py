@@ -76,6 +76,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_STEPS = 100
 #: Longest wait for a free session on a server at capacity before the episode is an infra error.
 CAPACITY_WAIT_S = 600.0
+#: Sessions served at a limit learnt from ``CAPACITY_REACHED`` before one more is tried: a
+#: shared server's capacity comes back when its other clients leave.
+CAPACITY_PROBE_EVERY = 16
 _LIBRARIES = ("httpx", "websockets", "pydantic", "jinja2", "huggingface-hub", "openenv")
 
 
@@ -194,7 +197,13 @@ def plan_episode(
 class _Endpoint:
     url: str
     limit: int | None
+    ceiling: int | None
+    """The user's limit: probing never goes above it."""
     active: int = 0
+    learnt: bool = False
+    """Whether ``limit`` was learnt from a refusal (and may be probed upward again)."""
+    served: int = 0
+    """Sessions served since ``limit`` last changed."""
 
 
 class SessionPool:
@@ -215,8 +224,10 @@ class SessionPool:
         Args:
             info: The env servers.
             http: HTTP client for the HTTP transport.
-            limit: Sessions per server at most (None: learnt from ``CAPACITY_REACHED``). HTTP
-                servers always get 1: they keep one env for every client.
+            limit: Sessions per server at most. Below it (or with None), the limit is learnt
+                from ``CAPACITY_REACHED`` and probed one session higher every
+                ``CAPACITY_PROBE_EVERY`` sessions served. HTTP servers always get 1: they keep
+                one env for every client.
             timeout: Deadline of each env request.
             max_frame_bytes: Largest frame accepted.
             headers: Handshake headers (Space tokens).
@@ -224,7 +235,7 @@ class SessionPool:
         self.info = info
         if info.transport == "http":
             limit = 1
-        self.endpoints = [_Endpoint(url, limit) for url in info.urls]
+        self.endpoints = [_Endpoint(url, limit, limit) for url in info.urls]
         self._http = http
         self._timeout = timeout
         self._max_frame_bytes = max_frame_bytes
@@ -258,15 +269,32 @@ class SessionPool:
                 max_frame_bytes=self._max_frame_bytes,
                 headers=self._headers,
             )
+        refused = False
         try:
             yield session, endpoint
+        except EnvCapacityError:
+            refused = True
+            raise
         finally:
             try:
                 await session.close()
             finally:
                 async with self._changed:
                     endpoint.active -= 1
+                    if not refused:
+                        self._served(endpoint)
                     self._changed.notify_all()
+
+    def _served(self, endpoint: _Endpoint) -> None:
+        """Count a served session; after enough at a learnt limit, allow one more."""
+        if not endpoint.learnt or endpoint.limit is None:
+            return
+        endpoint.served += 1
+        below_ceiling = endpoint.ceiling is None or endpoint.limit < endpoint.ceiling
+        if endpoint.served >= CAPACITY_PROBE_EVERY and below_ceiling:
+            endpoint.limit += 1
+            endpoint.served = 0
+            logger.info("%s: trying %d sessions again", endpoint.url, endpoint.limit)
 
     async def at_capacity(self, endpoint: _Endpoint) -> None:
         """Lower a server's limit to the sessions it holds besides the refused one."""
@@ -275,6 +303,8 @@ class SessionPool:
             if endpoint.limit is None or accepted < endpoint.limit:
                 logger.info("%s is at capacity: at most %d sessions", endpoint.url, accepted)
                 endpoint.limit = accepted
+                endpoint.learnt = True
+                endpoint.served = 0
 
 
 @dataclass

@@ -119,6 +119,28 @@ def test_capacity_is_back_pressure_not_failure(tmp_path: Path) -> None:
     assert all(r.attempts == 1 for r in records)
 
 
+def test_capacity_that_comes_back_is_used_again(tmp_path: Path) -> None:
+    """A shared server full at first frees up: the learnt limit is probed upward again."""
+    from taskhub._runner import CAPACITY_PROBE_EVERY
+
+    taskset = write_taskset(tmp_path / "ts", 5 * CAPACITY_PROBE_EVERY)
+
+    async def slow_step(session, data):
+        await asyncio.sleep(0.01)
+        env.capacity = 3  # the other clients left
+        return observation({}, 1.0, True)
+
+    with FakeEnv(capacity=1, on_step=slow_step) as env:
+        result = evaluate(
+            EvalConfig(model="scripted/oracle", taskset=str(taskset), env=env.url, concurrency=6),
+            output_dir=tmp_path,
+        )
+        assert env.max_active == 3  # grew back from 1, and never past what the server took
+    records = read_results(result.run_dir)
+    assert len(records) == 5 * CAPACITY_PROBE_EVERY
+    assert all(r.outcome == "scored" and r.attempts == 1 for r in records)
+
+
 def test_real_openenv_capacity_limit_is_respected(tmp_path: Path) -> None:
     server = launch_server(builtin_envs()["arith"], max_sessions=2, log_dir=tmp_path / "logs")
     try:
