@@ -1,7 +1,7 @@
 """Statistics of a group of episodes, vectorized, with the core's definitions and estimators.
 
 ``summarize_table`` computes what ``taskhub.summarize`` computes (same denominators, same
-``mean_ci``, ``wilson_interval`` and ``pass_at_k``) from the columns of
+``mean_ci``, ``success_interval`` and ``pass_at_k``) from the columns of
 ``taskhub.read_results_table``, so that a million records need no ``EpisodeRecord`` each. The
 site and ``taskhub results show`` therefore print the same numbers for the same run;
 tests/leaderboard/test_stats.py holds them to it.
@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from taskhub import OUTCOMES, RunSummary, mean_ci, pass_at_k, wilson_interval
+from taskhub import OUTCOMES, RunSummary, mean_ci, pass_at_k, success_interval
 
 #: Columns of ``read_results_table`` the statistics read.
 STAT_COLUMNS = (
@@ -69,18 +69,21 @@ def summarize_table(table: pa.Table, *, n_planned: int | None = None) -> Stats:
     n = table.num_rows
     outcome = table["outcome"].to_numpy(zero_copy_only=False).astype(str)
     outcomes: dict[str, int] = {o: int((outcome == o).sum()) for o in OUTCOMES}
+    task_ids = table["task_id"].to_numpy(zero_copy_only=False)
     has_reward = _valid(table["reward"])
     reward = pc.fill_null(table["reward"], 0.0).to_numpy()
     rewarded = reward[has_reward].tolist()
-    mean, stderr, low, high = mean_ci(rewarded)
+    mean, stderr, low, high = mean_ci(rewarded, task_ids[has_reward].tolist())
     judged = _valid(table["success"])
     success = pc.fill_null(table["success"], False).to_numpy(zero_copy_only=False)
     successes = int(success.sum())
-    s_low, s_high = wilson_interval(successes, int(judged.sum()))
+    s_low, s_high = success_interval(
+        success[judged].astype(float).tolist(), task_ids[judged].tolist()
+    )
 
     frame = pd.DataFrame(
         {
-            "task_id": table["task_id"].to_numpy(zero_copy_only=False),
+            "task_id": task_ids,
             "scored": outcome == "scored",
             "rewarded": has_reward,
             "reward": np.where(has_reward, reward, 0.0),

@@ -106,7 +106,7 @@ from taskhub._schema import (
     Verdict,
     canonical_json,
 )
-from taskhub._stats import mean_ci, pass_at_k, wilson_interval
+from taskhub._stats import mean_ci, pass_at_k, success_interval, wilson_interval
 from taskhub._taskset import Taskset, builtin_tasksets, load_taskset, read_card
 from taskhub._version import __version__
 
@@ -207,6 +207,7 @@ __all__ = [
     "reward",
     "score_episode",
     "select_tasks",
+    "success_interval",
     "summarize",
     "total_reward",
     "validator",

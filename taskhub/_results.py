@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from taskhub._errors import ResultsError
 from taskhub._schema import OUTCOMES, EpisodeRecord, RunManifest
-from taskhub._stats import mean_ci, pass_at_k, wilson_interval
+from taskhub._stats import mean_ci, pass_at_k, success_interval
 
 if TYPE_CHECKING:
     import pyarrow
@@ -173,6 +173,10 @@ class RunSummary(BaseModel):
     ``mean_reward`` averages every episode that has a reward: scored episodes and agent errors
     (a model that cannot produce an action earns what the env gave it, usually 0). Infra and
     reward errors are nobody's score: they are excluded and reported as rates.
+
+    ``stderr``, ``ci95`` and ``success_ci95`` treat tasks, not episodes, as the independent
+    draws once a task has several samples (cluster-robust, see ``mean_ci``); with one sample per
+    task they are the usual i.i.d. interval and the Wilson interval of the success rate.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -208,11 +212,15 @@ def summarize(records: Sequence[EpisodeRecord], *, n_planned: int | None = None)
         outcomes[record.outcome] += 1
         by_task[record.task_id].append(record)
     n = len(records)
-    rewarded = [r.reward for r in records if r.reward is not None]
-    mean, stderr, low, high = mean_ci(rewarded)
+    rewarded = [r for r in records if r.reward is not None]
+    mean, stderr, low, high = mean_ci(
+        [r.reward for r in rewarded if r.reward is not None], [r.task_id for r in rewarded]
+    )
     judged = [r for r in records if r.success is not None]
     successes = sum(1 for r in judged if r.success)
-    s_low, s_high = wilson_interval(successes, len(judged))
+    s_low, s_high = success_interval(
+        [1.0 if r.success else 0.0 for r in judged], [r.task_id for r in judged]
+    )
     per_task = []
     task_counts: list[tuple[int, int]] = []
     for task_id in sorted(by_task):

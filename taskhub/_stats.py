@@ -7,7 +7,7 @@ small samples and the normal quantile beyond it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from statistics import NormalDist
 
 # Two-sided 95% Student t critical values, t_{0.975, df}, df = 1..30.
@@ -38,21 +38,54 @@ def t_critical_95(df: int) -> float:
 
 def mean_ci(
     values: Sequence[float],
+    clusters: Sequence[Hashable] | None = None,
 ) -> tuple[float | None, float | None, float | None, float | None]:
     """Return ``(mean, standard error, ci_low, ci_high)`` of ``values`` (95%, Student t).
 
-    With one value the spread is unknown: standard error and interval are None.
+    With ``clusters`` (the task of each value) and some task holding several values (samples),
+    the standard error is cluster-robust: samples of one task are not independent draws, so
+    the variance comes from the per-task sums of deviations,
+    ``C / (C - 1) * sum_c (sum_{i in c} (x_i - mean))^2 / n^2``, and the t quantile has
+    ``C - 1`` degrees of freedom (C tasks). With one value per task this is the usual i.i.d.
+    formula, which is also used when every value comes from one task (its samples). With one
+    value the spread is unknown: standard error and interval are None.
     """
     n = len(values)
     if n == 0:
         return None, None, None, None
     mean = math.fsum(values) / n
+    if clusters is not None:
+        sums: dict[Hashable, list[float]] = {}
+        for value, cluster in zip(values, clusters, strict=True):
+            sums.setdefault(cluster, []).append(value - mean)
+        if 1 < len(sums) < n:
+            stderr, low, high = clustered_interval(
+                mean, n, [math.fsum(group) for group in sums.values()]
+            )
+            return mean, stderr, low, high
     if n == 1:
         return mean, None, None, None
     variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
     stderr = math.sqrt(variance / n)
     half = t_critical_95(n - 1) * stderr
     return mean, stderr, mean - half, mean + half
+
+
+def clustered_interval(
+    mean: float, n: int, deviation_sums: Sequence[float]
+) -> tuple[float, float, float]:
+    """Return ``(standard error, ci_low, ci_high)`` from per-cluster sums of ``x_i - mean``.
+
+    Args:
+        mean: The mean of all ``n`` values.
+        n: Number of values.
+        deviation_sums: One sum per cluster (at least two clusters).
+    """
+    c = len(deviation_sums)
+    variance = c / (c - 1) * math.fsum(d * d for d in deviation_sums) / (n * n)
+    stderr = math.sqrt(variance)
+    half = t_critical_95(c - 1) * stderr
+    return stderr, mean - half, mean + half
 
 
 def wilson_interval(successes: int, n: int) -> tuple[float | None, float | None]:
@@ -64,6 +97,22 @@ def wilson_interval(successes: int, n: int) -> tuple[float | None, float | None]
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = _Z975 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def success_interval(
+    outcomes: Sequence[float], clusters: Sequence[Hashable]
+) -> tuple[float | None, float | None]:
+    """Return the 95% interval of a success rate (``outcomes`` are 1.0 or 0.0, one per episode).
+
+    Several tasks, some with several samples: the cluster-robust t interval of ``mean_ci``,
+    clipped to [0, 1]. Otherwise (one episode per task, or one task): the Wilson interval.
+    """
+    n = len(outcomes)
+    if 1 < len(set(clusters)) < n:
+        _, _, low, high = mean_ci(outcomes, clusters)
+        if low is not None and high is not None:
+            return max(0.0, low), min(1.0, high)
+    return wilson_interval(int(math.fsum(outcomes)), n)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -32,14 +32,15 @@ def test_hand_computed_values(hand_run: Path) -> None:
     assert (s.n_episodes, s.n_rewarded, s.n_tasks) == (9, 8, 2)
     # mean 3/8; sample variance (3 * 0.625^2 + 5 * 0.375^2) / 7 = 1.875 / 7
     assert s.mean_reward == 0.375
-    assert s.stderr == pytest.approx(math.sqrt(1.875 / 7 / 8))  # 0.182981
-    assert s.stderr == pytest.approx(0.182981, abs=1e-6)
-    # Student t, 7 degrees of freedom: 2.365
-    assert s.ci95 == pytest.approx((0.375 - 2.365 * 0.182981, 0.375 + 2.365 * 0.182981), abs=1e-5)
-    assert s.ci95 == pytest.approx((-0.057750, 0.807750), abs=1e-5)
-    # Wilson interval of 3 successes in 8
+    # 4 samples per task: tasks, not episodes, are the independent draws (cluster-robust).
+    # Deviations from 0.375 summed per task: a: 0.625 - 3 * 0.375 = -0.5; b: 2 * 0.625 -
+    # 2 * 0.375 = 0.5. Variance C / (C - 1) * (0.25 + 0.25) / 8^2 = 2 * 0.5 / 64 = 1 / 64.
+    assert s.stderr == pytest.approx(0.125)
+    # Student t with C - 1 = 1 degree of freedom: 12.706. Two tasks say little.
+    assert s.ci95 == pytest.approx((0.375 - 12.706 * 0.125, 0.375 + 12.706 * 0.125))
+    # the success rate (3 of 8) gets the same interval, clipped to [0, 1]
     assert s.success_rate == 0.375
-    assert s.success_ci95 == pytest.approx((0.136844, 0.694258), abs=1e-5)
+    assert s.success_ci95 == pytest.approx((0.0, 1.0))
     # unbiased pass@k: task a (n=4, c=1): 1/4, 1 - C(3,2)/C(4,2) = 1/2, 1
     #                  task b (n=4, c=2): 1/2, 1 - C(2,2)/C(4,2) = 5/6, 1
     assert s.pass_at_k == pytest.approx(
@@ -48,6 +49,21 @@ def test_hand_computed_values(hand_run: Path) -> None:
     assert s.outcomes == {"scored": 8, "agent_error": 0, "infra_error": 1, "reward_error": 0}
     assert s.error_rates["infra_error"] == pytest.approx(1 / 9)
     assert s.samples_per_task is None  # 4 and 5 episodes
+
+
+def test_hand_computed_values_with_one_sample_per_task(tmp_path: Path) -> None:
+    """Rewards 1,0,0,0,1,1,0,0 on eight tasks: the i.i.d. t and Wilson intervals."""
+    rewards = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    run = write_run(tmp_path, "h", [episode("h", f"t{i}", reward=r) for i, r in enumerate(rewards)])
+    s = summarize_table(read_results_table(run)).summary
+    # mean 3/8; sample variance (3 * 0.625^2 + 5 * 0.375^2) / 7 = 1.875 / 7
+    assert s.stderr == pytest.approx(math.sqrt(1.875 / 7 / 8))  # 0.182981
+    assert s.stderr == pytest.approx(0.182981, abs=1e-6)
+    # Student t, 7 degrees of freedom: 2.365
+    assert s.ci95 == pytest.approx((-0.057750, 0.807750), abs=1e-5)
+    # Wilson interval of 3 successes in 8
+    assert s.success_ci95 == pytest.approx((0.136844, 0.694258), abs=1e-5)
+    assert s == summarize(read_results(run)).model_copy(update={"per_task": []})
 
 
 def assert_agrees(path: Path | list[Path]) -> None:

@@ -64,6 +64,33 @@ def test_mean_stderr_ci_by_hand() -> None:
     assert mean_ci([0.7]) == (0.7, None, None, None)
 
 
+def test_clustered_stderr_by_hand() -> None:
+    # tasks x: 1, 1; y: 0, 0; z: 1, 0. Mean 0.5; deviation sums x: 1, y: -1, z: 0.
+    # Variance C / (C - 1) * sum^2 / n^2 = 3 / 2 * 2 / 36 = 1 / 12; t(C - 1 = 2) = 4.303
+    values = [1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    mean, se, low, high = mean_ci(values, ["x", "x", "y", "y", "z", "z"])
+    assert mean == 0.5
+    assert se == pytest.approx(math.sqrt(1 / 12))  # 0.288675
+    assert (low, high) == pytest.approx((0.5 - 4.303 * 0.288675, 0.5 + 4.303 * 0.288675))
+    # the i.i.d. error of the same values is smaller: sample variance 0.3, se sqrt(0.3 / 6)
+    assert mean_ci(values)[1] == pytest.approx(math.sqrt(0.05))
+    # one value per task, or a single task's samples: the i.i.d. formula, exactly
+    assert mean_ci(values, ["a", "b", "c", "d", "e", "f"]) == mean_ci(values)
+    assert mean_ci(values, ["x"] * 6) == mean_ci(values)
+    with pytest.raises(ValueError):
+        mean_ci(values, ["x"])
+
+
+def test_success_interval_wilson_or_clustered() -> None:
+    from taskhub import success_interval, wilson_interval
+
+    assert success_interval([1.0, 0.0, 1.0], ["a", "b", "c"]) == wilson_interval(2, 3)
+    assert success_interval([1.0, 0.0, 1.0], ["a", "a", "a"]) == wilson_interval(2, 3)
+    low, high = success_interval([1.0, 1.0, 0.0, 0.0, 1.0, 0.0], ["x", "x", "y", "y", "z", "z"])
+    assert (low, high) == (0.0, 1.0)  # 0.5 +- 1.242, clipped
+    assert success_interval([], []) == (None, None)
+
+
 @pytest.mark.parametrize(
     ("df", "t"),
     [
