@@ -139,10 +139,13 @@ async def check_headroom(subject: Subject) -> Finding:
 async def check_variance_bound(subject: Subject) -> Finding:
     """The mean reward is precise: its 95% confidence half-width is within the tolerance."""
     records = await statistical_run(subject)
-    rewards = [r.reward for r in records if r.reward is not None]
-    if not rewards:
+    rewarded = [r for r in records if r.reward is not None]
+    if not rewarded:
         return _no_records(subject)
-    mean, _, low, high = mean_ci(rewards)
+    # G samples of a task are not independent draws: the interval is clustered by task
+    mean, _, low, high = mean_ci(
+        [r.reward for r in rewarded if r.reward is not None], [r.task_id for r in rewarded]
+    )
     half = (high - low) / 2 if low is not None and high is not None else None
     groups = [[r.reward or 0.0 for r in g] for g in per_task(records).values()]
     within = [statistics.pvariance(g) for g in groups if len(g) > 1]
