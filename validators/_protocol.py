@@ -491,13 +491,27 @@ class Probe:
     recoverable: bool  # the session must stay usable afterwards
 
 
+#: Seconds a launched server that still runs gets to answer /health after a probe.
+ALIVE_GRACE_S = 10.0
+
+
 async def _alive(subject: Subject) -> tuple[bool, str]:
-    """Whether the server still serves: its process runs, /health and a fresh reset answer."""
-    if subject.server is not None and subject.server.process.poll() is not None:
-        return False, f"the server process exited with code {subject.server.process.returncode}"
-    health = await http_call(subject, "/health")
-    if health.status is None:
-        return False, f"/health no longer answers: {health.error}"
+    """Whether the server still serves: its process runs, /health and a fresh reset answer.
+
+    A launched server whose process still runs gets ``ALIVE_GRACE_S`` to answer /health again:
+    on a loaded machine a server busy with the probe's aftermath is slow, not dead.
+    """
+    grace_until = time.monotonic() + max(subject.config.op_timeout_s, ALIVE_GRACE_S)
+    while True:
+        if subject.server is not None and subject.server.process.poll() is not None:
+            code = subject.server.process.returncode
+            return False, f"the server process exited with code {code}"
+        health = await http_call(subject, "/health")
+        if health.status is not None:
+            break
+        if subject.server is None or time.monotonic() >= grace_until:
+            return False, f"/health no longer answers: {health.error}"
+        await asyncio.sleep(0.2)
     task = subject.tasks[0] if subject.tasks else None
     trajectory = await subject.play(
         subject.reset_kwargs(task) if task else {"seed": 1}, lambda i, r: None, max_steps=0
