@@ -625,6 +625,42 @@ def replay_key(trajectory: Trajectory) -> str:
     return canonical_json(frames)
 
 
+def _frames(trajectory: Trajectory) -> list[tuple[str, dict[str, Any], float | None, bool]]:
+    """``(label, observation, reward, done)`` of the reset and of every step."""
+    frames = []
+    if trajectory.first is not None:
+        first = trajectory.first
+        frames.append(("the reset", first.observation, first.reward, first.done))
+    for index, (_, result) in enumerate(trajectory.steps, 1):
+        frames.append((f"step {index}", result.observation, result.reward, result.done))
+    return frames
+
+
+def first_difference(recorded: Trajectory, replayed: Trajectory) -> str:
+    """Where a replay first parts from its recording, in words."""
+
+    def show(value: Any) -> str:
+        text = json.dumps(value, sort_keys=True, default=str)
+        return text if len(text) <= 120 else text[:117] + "..."
+
+    for (label, obs_a, reward_a, done_a), (_, obs_b, reward_b, done_b) in zip(
+        _frames(recorded), _frames(replayed), strict=False
+    ):
+        for key in sorted((set(obs_a) | set(obs_b)) - {"metadata"}):
+            if obs_a.get(key) != obs_b.get(key):
+                return (
+                    f"at {label}, observation field {key!r} was {show(obs_a.get(key))} and is "
+                    f"now {show(obs_b.get(key))}"
+                )
+        if reward_a != reward_b:
+            return f"at {label}, the reward was {reward_a} and is now {reward_b}"
+        if done_a != done_b:
+            return f"at {label}, done was {done_a} and is now {done_b}"
+    if replayed.error is not None:
+        return f"the replay broke: {type(replayed.error).__name__}: {replayed.error}"
+    return f"the recording has {len(recorded.steps)} step(s), the replay {len(replayed.steps)}"
+
+
 def _recorded(subject: Subject) -> list[tuple[Task, Trajectory]]:
     """Clean recorded episodes to replay: oracle runs first, then do-nothing runs."""
     oracle: list[tuple[Task, Trajectory]] = subject.cache.get("oracle_runs") or []
@@ -693,7 +729,12 @@ async def check_replayability(subject: Subject) -> Finding:
         replay = await subject.play(kwargs, _replaying(actions), max_steps=len(actions))
         if replay_key(replay) != replay_key(run):
             differing.append(
-                {"task_id": task.task_id, "recorded": run.describe(), "replayed": replay.describe()}
+                {
+                    "task_id": task.task_id,
+                    "difference": first_difference(run, replay),
+                    "recorded": run.describe(),
+                    "replayed": replay.describe(),
+                }
             )
     measured: JsonObject = {
         "episodes": len(recorded),
@@ -706,7 +747,7 @@ async def check_replayability(subject: Subject) -> Finding:
     if differing:
         return failed(
             f"{len(differing)} of {len(recorded)} recorded episodes replayed differently on "
-            f"{where}",
+            f"{where}; task {differing[0]['task_id']}: {differing[0]['difference']}",
             "Derive every observation and reward from the reset arguments and the actions only: "
             "no hash() of strings (salted per process), no set iteration order, no counters, "
             "caches or clocks that outlive an episode.",
