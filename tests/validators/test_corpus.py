@@ -156,3 +156,16 @@ def test_the_batch_budget_leaves_the_rest_for_a_resumed_run(tmp_path: Path) -> N
         ("offline-1", "fail"),
         ("offline-2", "fail"),
     ]
+
+
+def test_replayability_names_the_first_difference(corpus_batch: dict[str, Any]) -> None:
+    checks = {c.id: c for c in corpus_batch["reports"]["salted_hash"].checks}
+    replay = checks["semantic.replayability"]
+    assert replay.measured["server_restarted"] is True
+    assert "at the reset, observation field 'question' was" in replay.summary
+    assert replay.evidence and "difference" in replay.evidence[0]
+    # the same env replays identically within one process: determinism passes
+    assert checks["runtime.episode_determinism"].status == "pass"
+    pinned = {c.id: c for c in corpus_batch["reports"]["unpinned_tasks"].checks}
+    unpinned = pinned["static.task_distribution_pinning"]
+    assert "load_dataset('quiz-org/arith-questions') has no revision" in unpinned.summary
