@@ -25,6 +25,7 @@ from ._stats import STAT_COLUMNS, Stats, overlaps, rank_with_ties, summarize_tab
 #: Verdicts from best to worst; envs without a report come after all of them.
 VERDICT_ORDER = ("pass", "warn", "fail", "unsupported", "error")
 DETERMINISM_CHECK = "runtime.episode_determinism"
+LATENCY_CHECK = "runtime.step_latency"
 UNKNOWN_ENV = "(unknown env)"
 
 
@@ -203,6 +204,21 @@ class EnvRow:
     def infra_ci95(self) -> tuple[float | None, float | None]:
         """Wilson interval of the infra error rate."""
         return wilson_interval(self.infra_errors, self.episodes)
+
+    @property
+    def step_latency_ms(self) -> tuple[float | None, float | None]:
+        """Step latency ``(p50, p99)`` in milliseconds measured by the latest validation."""
+        if self.report is None:
+            return None, None
+        check = next((c for c in self.report.checks if c.id == LATENCY_CHECK), None)
+        if check is None or check.status not in ("pass", "fail"):
+            return None, None
+        p50, p99 = check.measured.get("step_p50_ms"), check.measured.get("step_p99_ms")
+        number = (int, float)
+        return (
+            float(p50) if isinstance(p50, number) else None,
+            float(p99) if isinstance(p99, number) else None,
+        )
 
     @property
     def latency_ms(self) -> float | None:

@@ -571,6 +571,7 @@ def _run_row(run: RunEntry) -> dict[str, Any]:
 
 def _env_row(env: EnvRow) -> dict[str, Any]:
     low, high = env.infra_ci95
+    step_p50, step_p99 = env.step_latency_ms
     return {
         "rank": env.rank,
         "env": env.name,
@@ -579,6 +580,8 @@ def _env_row(env: EnvRow) -> dict[str, Any]:
         "warnings": env.failed("warn"),
         "errored": env.errored,
         "determinism": env.determinism,
+        "step_p50_ms": step_p50,
+        "step_p99_ms": step_p99,
         "latency_ms": env.latency_ms,
         "infra_error_rate": env.infra_rate,
         "infra_ci95_low": low,

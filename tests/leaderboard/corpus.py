@@ -288,6 +288,12 @@ def build_corpus(root: Path) -> Path:
                     measured={"episodes": 4, "identical": 4},
                 ),
                 check(
+                    "runtime.step_latency",
+                    "pass",
+                    "advisory",
+                    measured={"steps": 120, "step_p50_ms": 0.42, "step_p99_ms": 3.5},
+                ),
+                check(
                     "semantic.no_solution_leakage",
                     "fail",
                     "warn",
