@@ -47,7 +47,14 @@ from taskhub._errors import (
     TasksetNotFound,
 )
 from taskhub._results import EPISODES, MANIFEST, read_run, summarize, write_manifest, write_results
-from taskhub._schema import EpisodeRecord, RunManifest, Task, TasksetCard, TasksetRef
+from taskhub._schema import (
+    MEASURED_FIELDS,
+    EpisodeRecord,
+    RunManifest,
+    Task,
+    TasksetCard,
+    TasksetRef,
+)
 from taskhub._taskset import (
     DATA_SUFFIXES,
     Taskset,
@@ -72,8 +79,6 @@ OPAQUE_BLOB_LENGTH = 200
 PUSH_ATTEMPTS = 3
 #: Header key of a profiled taskset's README.md that records which runs were used.
 PROFILE_HEADER = "taskhub_profile"
-#: Key under each row's ``metadata`` that holds its profile.
-PROFILE_KEY = "profile"
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _RUN_ID = re.compile(r"^[\w.-]+$")
@@ -570,7 +575,7 @@ def describe_taskset(
             rows=len(tasks),
             columns=[f for f in Task.model_fields if f in used],
             metadata_keys=keys,
-            profiled=sum(1 for t in tasks if isinstance(t.metadata.get(PROFILE_KEY), dict)),
+            profiled=sum(1 for t in tasks if t.profile is not None),
         )
     header: dict[str, Any] = {}
     if taskset.ref.path and Path(taskset.ref.path).is_dir():
@@ -614,7 +619,8 @@ class ProfileResult:
     folder: Path
     """The profiled taskset folder."""
     profiles: dict[str, dict[str, Any]]
-    """Each profiled task's ``metadata.profile``, by task id."""
+    """Each profiled task's measured columns (``pass_rate``, ``difficulty``, ``profile``), by
+    task id."""
     models: list[str]
     """The models whose runs were used."""
     push: PushResult | None = None
@@ -641,30 +647,34 @@ def _task_profiles(runs: Sequence[Any]) -> tuple[dict[str, dict[str, Any]], list
     for task_id, by_model in tallies.items():
         pass_rate = {m: t.successes / t.judged for m, t in sorted(by_model.items()) if t.judged}
         mean_reward = {m: t.reward_sum / t.episodes for m, t in sorted(by_model.items())}
-        overall = sum(pass_rate.values()) / len(pass_rate) if pass_rate else None
+        overall = round(sum(pass_rate.values()) / len(pass_rate), 6) if pass_rate else None
         profiles[task_id] = {
-            "pass_rate": pass_rate,
-            "mean_reward": mean_reward,
-            "episodes": {m: t.episodes for m, t in sorted(by_model.items())},
+            "pass_rate": overall,
             "difficulty": None if overall is None else round(1.0 - overall, 6),
+            "profile": {
+                "pass_rate": pass_rate,
+                "mean_reward": mean_reward,
+                "episodes": {m: t.episodes for m, t in sorted(by_model.items())},
+            },
         }
     return profiles, models
 
 
 def _with_profile(row: dict[str, Any], profiles: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
-    metadata = row.get("metadata") or {}
-    if isinstance(metadata, str):
-        metadata = json.loads(metadata)
-    metadata = {k: v for k, v in dict(metadata).items() if k != PROFILE_KEY}
-    profile = profiles.get(str(row.get("task_id")))
-    if profile is not None:
-        metadata[PROFILE_KEY] = profile
-    updated = dict(row)
-    if metadata:
-        updated["metadata"] = metadata
-    else:
-        updated.pop("metadata", None)
+    """The row with its measured columns set (or dropped, when the runs did not score it)."""
+    updated = {k: v for k, v in row.items() if k not in MEASURED_FIELDS}
+    updated.update(profiles.get(str(row.get("task_id")), {}))
     return updated
+
+
+def _objects_as_text(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with its ``metadata`` and ``profile`` objects as JSON text (table formats)."""
+    return {
+        k: json.dumps(v, ensure_ascii=False)
+        if k in ("metadata", "profile") and isinstance(v, dict)
+        else v
+        for k, v in row.items()
+    }
 
 
 def _rewrite_data_file(path: Path, profiles: Mapping[str, dict[str, Any]]) -> None:
@@ -687,28 +697,21 @@ def _rewrite_data_file(path: Path, profiles: Mapping[str, dict[str, Any]]) -> No
         table_rows = pq.read_table(path).to_pylist()
         updated = []
         for row in table_rows:
-            new = _with_profile(row, profiles)
             # nested objects as JSON text keep heterogeneous rows in one Arrow schema
-            if isinstance(new.get("metadata"), dict):
-                new["metadata"] = json.dumps(new["metadata"], ensure_ascii=False)
-            updated.append(new)
+            updated.append(_objects_as_text(_with_profile(row, profiles)))
         pq.write_table(pa.Table.from_pylist(updated), path)
     elif path.suffix == ".csv":
         with path.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             fields = list(reader.fieldnames or [])
             csv_rows = list(reader)
-        if "metadata" not in fields:
-            fields.append("metadata")
+        fields += [name for name in ("pass_rate", "difficulty", "profile") if name not in fields]
         with path.open("w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
             for row in csv_rows:
                 raw = {k: v for k, v in row.items() if v not in ("", None)}
-                new = _with_profile(raw, profiles)
-                if isinstance(new.get("metadata"), dict):
-                    new["metadata"] = json.dumps(new["metadata"], ensure_ascii=False)
-                writer.writerow(new)
+                writer.writerow(_objects_as_text(_with_profile(raw, profiles)))
 
 
 def profile_taskset(
@@ -722,9 +725,10 @@ def profile_taskset(
 ) -> ProfileResult:
     """Write per-task statistics of evaluation runs back into a new revision of their taskset.
 
-    Each task that the runs scored gets ``metadata.profile``: ``pass_rate`` and
-    ``mean_reward`` per model, ``episodes`` per model, and ``difficulty`` (1 minus the mean pass
-    rate over models). Profiles from earlier runs are replaced. The README header records the
+    Each task that the runs scored gets three new columns: ``pass_rate`` (the mean over the
+    models), ``difficulty`` (1 minus it) and ``profile`` (``pass_rate``, ``mean_reward`` and
+    ``episodes`` per model). They are measurements, not part of the task: its content hash does
+    not change. Columns from an earlier profile are replaced. The README header records the
     runs used under ``taskhub_profile``.
 
     Args:

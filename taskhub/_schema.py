@@ -80,6 +80,10 @@ def _check_finite(value: Any, path: str) -> None:
             _check_finite(item, f"{path}[{index}]")
 
 
+#: Task fields written by ``taskhub taskset profile``: measurements, not part of the task.
+MEASURED_FIELDS = frozenset({"pass_rate", "difficulty", "profile"})
+
+
 class Task(BaseModel):
     """One row of a taskset: everything needed to run one episode.
 
@@ -107,11 +111,22 @@ class Task(BaseModel):
     """A known-correct action sequence, for ``scripted/oracle`` and validation."""
     metadata: JsonObject = Field(default_factory=dict)
     """Free-form information (difficulty, family, source...). Not sent to the env."""
+    pass_rate: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Measured by ``taskhub taskset profile``: the mean pass rate over the profiled models."""
+    difficulty: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Measured by ``taskhub taskset profile``: ``1 - pass_rate``, for sampling by difficulty."""
+    profile: JsonObject | None = None
+    """The statistics behind them, per model: ``pass_rate``, ``mean_reward``, ``episodes``."""
 
     @field_validator("reset", "metadata", mode="before")
     @classmethod
     def _objects_may_be_json_text(cls, value: Any, info: Any) -> Any:
         return _decode_json_object(value, info.field_name)
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile_may_be_json_text(cls, value: Any, info: Any) -> Any:
+        return None if value is None else _decode_json_object(value, info.field_name)
 
     @field_validator("rewards", mode="before")
     @classmethod
@@ -134,14 +149,17 @@ class Task(BaseModel):
         _check_finite(self.reset, "reset")
         _check_finite(self.answer, "answer")
         _check_finite(self.metadata, "metadata")
+        _check_finite(self.profile, "profile")
         return self
 
     def content_hash(self) -> str:
         """Return the sha256 of the row's canonical JSON (fields left at defaults omitted).
 
-        Omitting defaults keeps hashes stable when later versions add optional fields.
+        Omitting defaults keeps hashes stable when later versions add optional fields. The
+        measured fields (``pass_rate``, ``difficulty``, ``profile``) are left out: measuring a
+        task does not change it, so its results still match it once profiled.
         """
-        row = self.model_dump(mode="json", exclude_defaults=True)
+        row = self.model_dump(mode="json", exclude_defaults=True, exclude=set(MEASURED_FIELDS))
         return hashlib.sha256(canonical_json(row).encode()).hexdigest()
 
     def to_row(self) -> dict[str, Any]:

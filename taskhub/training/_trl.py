@@ -53,19 +53,9 @@ def _json_text(value: Any) -> str | None:
 def task_columns(task: Task, split: str) -> dict[str, Any]:
     """The task columns of a training row (nested values as JSON text, one Arrow type each).
 
-    ``difficulty`` and ``pass_rate`` come from a profile (``taskhub taskset profile``): the
-    profile's difficulty and the mean pass rate over the profiled models, None when unprofiled.
+    ``difficulty`` and ``pass_rate`` are the task's measured columns (``taskhub taskset
+    profile``), None when unprofiled.
     """
-    profile = task.metadata.get("profile")
-    difficulty: float | None = None
-    pass_rate: float | None = None
-    if isinstance(profile, dict):
-        value = profile.get("difficulty")
-        difficulty = float(value) if isinstance(value, int | float) else None
-        rates = profile.get("pass_rate")
-        if isinstance(rates, dict):
-            numbers = [float(v) for v in rates.values() if isinstance(v, int | float)]
-            pass_rate = sum(numbers) / len(numbers) if numbers else None
     return {
         "task_id": task.task_id,
         "split": split,
@@ -73,8 +63,8 @@ def task_columns(task: Task, split: str) -> dict[str, Any]:
         "answer": _json_text(task.answer),
         "metadata": _json_text(task.metadata),
         "max_steps": task.max_steps,
-        "difficulty": difficulty,
-        "pass_rate": pass_rate,
+        "difficulty": task.difficulty,
+        "pass_rate": task.pass_rate,
     }
 
 

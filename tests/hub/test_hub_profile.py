@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -65,16 +68,18 @@ def test_profile_adds_pass_rates_and_difficulty_in_a_new_revision(
     assert taskset.ref.commit_sha == result.push.commit_sha
     tasks = taskset.tasks("train")
     for task in tasks[:4]:
-        assert task.metadata["profile"] == {
+        assert (task.pass_rate, task.difficulty) == (0.5, 0.5)  # new columns
+        assert task.profile == {
             "pass_rate": {"scripted/noop": 0.0, "scripted/oracle": 1.0},
             "mean_reward": {"scripted/noop": 0.0, "scripted/oracle": 1.0},
             "episodes": {"scripted/noop": 2, "scripted/oracle": 2},
-            "difficulty": 0.5,
         }
         assert task.metadata["family"] == "add"  # existing metadata kept
-    assert "profile" not in tasks[4].metadata  # not evaluated: no profile
+    assert (tasks[4].pass_rate, tasks[4].profile) == (None, None)  # not evaluated
     before = load_taskset(f"{profiled['repo_id']}@{profiled['sha']}").tasks("train")
     assert [t.reset for t in tasks] == [t.reset for t in before]
+    # measuring a task does not change it: its results still match it by hash
+    assert [t.content_hash() for t in tasks] == [t.content_hash() for t in before]
     info = describe_taskset(profiled["repo_id"])
     assert info.splits["train"].profiled == 4
     assert info.profile is not None and info.profile["runs"] == [
@@ -103,9 +108,55 @@ def test_profile_of_runs_on_different_tasksets_is_refused(
     header = yaml.safe_load((tmp_path / "p/README.md").read_text().split("---")[1])
     assert header["taskhub_profile"]["models"] == ["scripted/oracle"]
     assert header["taskhub"]["env"] == "arith"
-    profiled_rows = [
-        t for t in load_taskset(str(tmp_path / "p")).tasks("test") if "profile" in t.metadata
-    ]
-    assert len(profiled_rows) == 1 and profiled_rows[0].metadata["profile"]["difficulty"] == 0.0
+    profiled_rows = [t for t in load_taskset(str(tmp_path / "p")).tasks("test") if t.profile]
+    assert len(profiled_rows) == 1 and profiled_rows[0].difficulty == 0.0
     local = cli.invoke(app, ["taskset", "profile", str(other)])
     assert local.exit_code == 1 and "pass an output folder" in local.output
+
+
+ORACLE_PROFILE = {
+    "pass_rate": {"scripted/oracle": 1.0},
+    "mean_reward": {"scripted/oracle": 1.0},
+    "episodes": {"scripted/oracle": 1},
+}
+
+
+def test_profile_writes_new_columns_into_parquet_and_csv_data_files(tmp_path: Path) -> None:
+    """A Hub-style folder whose splits are parquet and CSV gets the columns in both formats."""
+    rows = [
+        json.loads(line)
+        for line in (ROOT / "tasksets/arith/data/test.jsonl").read_text().splitlines()[:5]
+    ]
+    folder = tmp_path / "mixed"
+    (folder / "data").mkdir(parents=True)
+    header = (ROOT / "tasksets/arith/README.md").read_text().split("---")[1]
+    header = header.replace("data/train.jsonl", "data/train.parquet").replace(
+        "data/test.jsonl", "data/test.csv"
+    )
+    (folder / "README.md").write_text(f"---{header}---\n# mixed\n")
+    as_text = [
+        {**r, "reset": json.dumps(r["reset"]), "metadata": json.dumps(r["metadata"])} for r in rows
+    ]
+    pq.write_table(pa.Table.from_pylist(as_text[:2]), folder / "data/train.parquet")
+    with (folder / "data/test.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(as_text[0]))
+        writer.writeheader()
+        writer.writerows(as_text[2:])
+    before = load_taskset(str(folder))
+    runs = [
+        evaluate(
+            EvalConfig(model="scripted/oracle", taskset=str(folder), split=split),
+            output_dir=tmp_path / "runs",
+        ).run_dir
+        for split in ("train", "test")
+    ]
+    profile_taskset(runs, output=tmp_path / "profiled")
+    after = load_taskset(str(tmp_path / "profiled"))
+    for split in ("train", "test"):
+        tasks = after.tasks(split)
+        assert [(t.pass_rate, t.difficulty) for t in tasks] == [(1.0, 0.0)] * len(tasks)
+        assert [t.profile for t in tasks] == [ORACLE_PROFILE] * len(tasks)
+        assert [t.content_hash() for t in tasks] == [t.content_hash() for t in before.tasks(split)]
+    assert "difficulty" in pq.read_table(tmp_path / "profiled/data/train.parquet").column_names
+    csv_header = (tmp_path / "profiled/data/test.csv").read_text().splitlines()[0]
+    assert csv_header.endswith("pass_rate,difficulty,profile")

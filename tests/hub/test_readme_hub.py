@@ -54,7 +54,8 @@ def test_the_hub_section_runs_as_written(
 
     profiled = load_taskset("my-org/arith-mini")  # main moved on: the profile revision
     assert profiled.ref.commit_sha != v1
-    assert [t.metadata["profile"]["pass_rate"] for t in profiled.tasks("test")] == [
+    assert [(t.pass_rate, t.difficulty) for t in profiled.tasks("test")] == [(1.0, 0.0)] * 2
+    assert [t.profile["pass_rate"] for t in profiled.tasks("test") if t.profile] == [
         {"scripted/oracle": 1.0}
     ] * 2
     assert json.loads((tmp_path / "tasks.jsonl").read_text().splitlines()[0])["task_id"] == "add-1"

@@ -89,8 +89,8 @@ def test_dataset_columns_carry_the_task_and_its_profile(arith_env: TrainingEnv) 
     )
     assert row["difficulty"] is None and row["pass_rate"] is None
 
-    profile = {"pass_rate": {"a": 1.0, "b": 0.5}, "difficulty": 0.25}
-    profiled = task.model_copy(update={"metadata": {**task.metadata, "profile": profile}})
+    profile = {"pass_rate": {"a": 1.0, "b": 0.5}}
+    profiled = task.model_copy(update={"pass_rate": 0.75, "difficulty": 0.25, "profile": profile})
     row = taskset_dataset(arith_env, tasks=[profiled])[0]
     assert (row["difficulty"], row["pass_rate"]) == (0.25, 0.75)
 
