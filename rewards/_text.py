@@ -3,7 +3,8 @@ r"""Answer-vs-reference rewards: exact, contains, regex:PATTERN, fuzzy, chrf, bl
 Each compares ``final_answer`` with the row's reference answer(s) (a list answer gives several;
 the best match counts) and returns a value in [0, 1]. An empty or missing answer scores 0, never
 a match, whatever the metric would say (``fuzz.ratio("", "")`` is 100). A row without a
-reference is a ``reward_error``. They are cheap and run inline, in the event loop.
+reference is a ``reward_error``. They are cheap and run inline, in the event loop (a
+``regex:`` search under a deadline).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from taskhub import ConfigError, EpisodeRecord, RewardFn, Score, reward
+import regex as regex_lib
+
+from taskhub import ConfigError, EpisodeRecord, RewardError, RewardFn, Score, reward
 
 from ._answer import final_answer, has_answer, references
 from ._deps import require, version_of
@@ -82,12 +85,20 @@ def contains(*, mode: str | None = None) -> RewardFn:
     return score
 
 
+#: Longest a ``regex:`` search may run: a pattern that backtracks catastrophically on some
+#: answer, such as ``(a+)+$``, gives a reward error instead of freezing the run.
+REGEX_TIMEOUT_S = 1.0
+
+
 @reward("regex", spec_arg="pattern", range=UNIT)
-def regex(*, pattern: str) -> RewardFn:
-    r"""1 when the pattern is found in the answer (re.search; anchor it: regex:^\d+$)."""
+def regex(*, pattern: str, timeout_s: float = REGEX_TIMEOUT_S) -> RewardFn:
+    r"""1 when the pattern is found in the answer (re.search; anchor it: regex:^\d+$).
+
+    The search runs with the ``regex`` library (``re``-compatible) under ``timeout_s``.
+    """
     try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
+        compiled = regex_lib.compile(pattern)
+    except regex_lib.error as exc:
         raise ConfigError(f"regex:{pattern}: not a valid regular expression: {exc}") from None
 
     async def score(episode: EpisodeRecord) -> Score:
@@ -95,7 +106,14 @@ def regex(*, pattern: str) -> RewardFn:
         if not has_answer(answer):
             return _no_answer(answer)
         assert answer is not None
-        return Score(float(compiled.search(answer) is not None), {"answer": _clip(answer)})
+        try:
+            found = compiled.search(answer, timeout=timeout_s) is not None
+        except TimeoutError:
+            raise RewardError(
+                f"regex:{pattern} did not finish within {timeout_s:g}s on a "
+                f"{len(answer)}-character answer (catastrophic backtracking)"
+            ) from None
+        return Score(float(found), {"answer": _clip(answer)})
 
     return score
 

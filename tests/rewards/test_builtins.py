@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytest
 
@@ -97,6 +98,15 @@ def test_text_rewards_known_answers(
     spec: str, answer: str, reference: object, expected: float
 ) -> None:
     assert value(spec, episode(answer, reference)) == pytest.approx(expected, abs=1e-12)
+
+
+def test_a_catastrophic_regex_is_a_reward_error_not_a_frozen_run() -> None:
+    started = time.monotonic()
+    component = score(r"regex:^(a|aa)+$", episode("a" * 40 + "!", "x"))
+    assert time.monotonic() - started < 10  # an unbounded search would run for hours
+    assert component.value is None
+    assert "did not finish within 1s on a 41-character answer" in component.error
+    assert value(r"regex:^(a|aa)+$", episode("aaaa", "x")) == 1.0
 
 
 def test_partial_text_matches_are_strictly_between_0_and_1() -> None:
