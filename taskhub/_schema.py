@@ -22,6 +22,8 @@ from pydantic import (
     Field,
     JsonValue,
     SecretStr,
+    SerializationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -410,7 +412,13 @@ class EpisodeRecord(BaseModel):
     model_time_s: float = 0.0
     """Seconds spent waiting for the model."""
     task: Task
-    """The task row, so that a run directory can be re-scored and browsed on its own."""
+    """The task row, so that a run directory can be re-scored and browsed on its own. Its
+    measured columns (``pass_rate``, ``difficulty``, ``profile``) are not written: they describe
+    earlier runs, not this episode."""
+
+    @field_serializer("task")
+    def _task_without_measurements(self, task: Task, info: SerializationInfo) -> dict[str, Any]:
+        return task.model_dump(mode=info.mode, exclude=set(MEASURED_FIELDS))
 
     def key(self) -> tuple[str, int]:
         """Identity of the episode within its run: ``(task_id, sample)``."""

@@ -178,3 +178,21 @@ def test_corrupt_line_is_named(tmp_path: Path) -> None:
         ResultsError, match=r"episodes.jsonl line 2: field 'run_id': Field required"
     ):
         read_results(path)
+
+
+def test_records_leave_out_the_measured_columns_of_their_task(tmp_path: Path) -> None:
+    profiled = record("a", 0, 1.0).model_copy(
+        update={
+            "task": Task(
+                task_id="a", reset={"seed": 1}, pass_rate=0.5, difficulty=0.5, profile={"n": 2}
+            )
+        }
+    )
+    text = profiled.model_dump_json()
+    assert '"pass_rate"' not in text and '"profile"' not in text and '"difficulty"' not in text
+    assert "pass_rate" not in profiled.model_dump()["task"]
+    write_results(tmp_path / "episodes.jsonl", [profiled])
+    (back,) = read_results(tmp_path / "episodes.jsonl")
+    assert back.task.task_id == "a" and back.task.profile is None
+    # what the hash covers is the same with or without the measurements
+    assert profiled.task.content_hash() == Task(task_id="a", reset={"seed": 1}).content_hash()
