@@ -607,24 +607,6 @@ async def check_verifier_determinism(subject: Subject) -> Finding:
 REPLAY_EPISODES = 4
 
 
-def replay_key(trajectory: Trajectory) -> str:
-    """What a replay must reproduce: observations (no metadata), rewards, dones, the error."""
-    frames: list[Any] = []
-    if trajectory.first is not None:
-        frames.append([observation_key(trajectory.first.observation), trajectory.first.done])
-    for action, result in trajectory.steps:
-        frames.append(
-            [
-                canonical_json(action),
-                observation_key(result.observation),
-                result.reward,
-                result.done,
-            ]
-        )
-    frames.append(type(trajectory.error).__name__ if trajectory.error else None)
-    return canonical_json(frames)
-
-
 def _frames(trajectory: Trajectory) -> list[tuple[str, dict[str, Any], float | None, bool]]:
     """``(label, observation, reward, done)`` of the reset and of every step."""
     frames = []
@@ -727,7 +709,7 @@ async def check_replayability(subject: Subject) -> Finding:
         fresh_id = subject.reset_kwargs(task, tag="replay-restart")["episode_id"]
         kwargs = {**run.reset_kwargs, "episode_id": fresh_id}
         replay = await subject.play(kwargs, _replaying(actions), max_steps=len(actions))
-        if replay_key(replay) != replay_key(run):
+        if replay.signature(states=False) != run.signature(states=False):
             differing.append(
                 {
                     "task_id": task.task_id,

@@ -64,6 +64,23 @@ def _files(folder: Path, pattern: str = "*") -> Iterator[Path]:
         yield path
 
 
+def python_sources(folder: Path) -> Iterator[tuple[Path, str, ast.Module]]:
+    """``(path, text, tree)`` of the folder's Python files that parse, within the scan limits."""
+    scanned = 0
+    for path in _files(folder, "*.py"):
+        if scanned >= MAX_FILES:
+            return
+        try:
+            if path.stat().st_size > MAX_FILE_BYTES:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            tree = ast.parse(text)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        scanned += 1
+        yield path, text, tree
+
+
 # --- static.manifest ---------------------------------------------------------------------------
 
 
@@ -477,16 +494,7 @@ def task_sources(folder: Path) -> tuple[list[JsonObject], int]:
     """Every remote task source in the folder's Python code, and the number of files read."""
     sources: list[JsonObject] = []
     scanned = 0
-    for path in _files(folder, "*.py"):
-        if scanned >= MAX_FILES:
-            break
-        try:
-            if path.stat().st_size > MAX_FILE_BYTES:
-                continue
-            text = path.read_text(encoding="utf-8", errors="replace")
-            tree = ast.parse(text)
-        except (OSError, SyntaxError, ValueError):
-            continue
+    for path, text, tree in python_sources(folder):
         scanned += 1
         constants = _string_constants(tree)
         lines = text.splitlines()
@@ -652,16 +660,7 @@ async def check_env_implementation(subject: Subject) -> Finding:
     real: dict[str, list[str]] = {verb: [] for verb in _VERBS}
     fake: list[JsonObject] = []
     scanned = 0
-    for path in _files(folder, "*.py"):
-        if scanned >= MAX_FILES:
-            break
-        try:
-            if path.stat().st_size > MAX_FILE_BYTES:
-                continue
-            source = path.read_text(encoding="utf-8", errors="replace")
-            tree = ast.parse(source)
-        except (OSError, SyntaxError, ValueError):
-            continue
+    for path, source, tree in python_sources(folder):
         scanned += 1
         rel = str(path.relative_to(folder))
         lines = source.splitlines()
@@ -724,11 +723,7 @@ def reset_parameters(folder: Path) -> list[str] | None:
     None when no class with reset and step is found, or when ``reset`` takes ``**kwargs``
     (then every key reaches it). OpenEnv's server drops the other keys without a word.
     """
-    for path in _files(folder, "*.py"):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-        except (OSError, SyntaxError, ValueError):
-            continue
+    for _, _, tree in python_sources(folder):
         for node in ast.walk(tree):
             if not isinstance(node, ast.ClassDef):
                 continue

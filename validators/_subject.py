@@ -184,8 +184,12 @@ class Trajectory:
         out += [r.observation for _, r in self.steps if not r.done]
         return out
 
-    def signature(self) -> str:
-        """Canonical text of the trajectory: observations (no metadata), rewards, dones."""
+    def signature(self, *, states: bool = True) -> str:
+        """Canonical text of the trajectory: observations (no metadata), rewards, dones.
+
+        Args:
+            states: Include the ``state()`` snapshots (they carry the episode id).
+        """
         frames: list[Any] = []
         if self.first is not None:
             frames.append([observation_key(self.first.observation), self.first.done])
@@ -199,7 +203,8 @@ class Trajectory:
                 ]
             )
         frames.append(type(self.error).__name__ if self.error else None)
-        frames.append(self.states)
+        if states:
+            frames.append(self.states)
         return canonical_json(frames)
 
     def describe(self, limit: int = 6) -> JsonObject:
