@@ -678,13 +678,13 @@ def _other_hash_seed() -> str:
 async def check_replayability(subject: Subject) -> Finding:
     """A recorded episode replays identically on a restarted server.
 
-    The recorded actions are sent again, with the same reset kwargs, to a fresh server process
-    (a launched env is stopped and started again, under a different ``PYTHONHASHSEED``); the
-    observations, rewards and dones must match the recording. Episode and verifier determinism
-    replay within one process (and must pass first), so this is what catches state that lives
-    as long as the process: salted ``hash()`` values, set iteration order, counters, caches,
-    clocks read at import.
-    A running server that taskhub did not launch is replayed in fresh sessions, not restarted.
+    The recorded actions are sent again, with the same reset kwargs (the episode id too), to a
+    fresh server process: a launched env is stopped and started again, under a different
+    ``PYTHONHASHSEED``. The observations, rewards and dones must match the recording. Episode
+    and verifier determinism replay within one process (and must pass first), so this is what
+    catches state that lives as long as the process: salted ``hash()`` values, set iteration
+    order, counters, caches, clocks read at import. A running server that taskhub did not
+    launch is replayed in fresh sessions, not restarted.
     """
     recorded = _recorded(subject)
     if not recorded:
@@ -706,9 +706,8 @@ async def check_replayability(subject: Subject) -> Finding:
     differing: list[Any] = []
     for task, run in recorded:
         actions = [action for action, _ in run.steps]
-        fresh_id = subject.reset_kwargs(task, tag="replay-restart")["episode_id"]
-        kwargs = {**run.reset_kwargs, "episode_id": fresh_id}
-        replay = await subject.play(kwargs, _replaying(actions), max_steps=len(actions))
+        # the same reset kwargs, episode_id included, as episode determinism replays them
+        replay = await subject.play(run.reset_kwargs, _replaying(actions), max_steps=len(actions))
         if replay.signature(states=False) != run.signature(states=False):
             differing.append(
                 {
