@@ -375,13 +375,16 @@ FILE_BUILDERS = frozenset(
     | {"imagefolder", "audiofolder", "videofolder"}
 )
 #: Suffixes of files that hold tasks (downloaded, or shipped in the folder).
-DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".parquet", ".arrow", ".txt", ".yaml")
+DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".parquet", ".arrow", ".txt")
 #: Shipped data files read to digest them (bytes, all files together).
 MAX_DIGEST_BYTES = 64 * 1024 * 1024
 _SHA = re.compile(r"[0-9a-f]{40}")
 _URL = re.compile(r"https?://[^\s\"'<>]+")
 _NOT_DATA = frozenset({"openenv.yaml", "package.json", "package-lock.json", "tsconfig.json"})
-_REQUIREMENTS = re.compile(r"(requirements|constraints)[\w.-]*\.txt$", re.IGNORECASE)
+_NOT_DATA_NAMES = re.compile(
+    r"(requirements|constraints|license|licence|notice|readme|changelog|authors)[\w.-]*$",
+    re.IGNORECASE,
+)
 
 
 def _call_name(node: ast.Call) -> str | None:
@@ -519,7 +522,7 @@ def shipped_data(folder: Path) -> list[JsonObject]:
     budget = MAX_DIGEST_BYTES
     for path in _files(folder):
         rel = path.relative_to(folder)
-        if not path.is_file() or path.name in _NOT_DATA or _REQUIREMENTS.match(path.name):
+        if not path.is_file() or path.name in _NOT_DATA or _NOT_DATA_NAMES.match(path.name):
             continue
         if not path.name.lower().endswith(DATA_SUFFIXES) or any(
             part.startswith(".") for part in rel.parts

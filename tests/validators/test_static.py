@@ -246,6 +246,7 @@ def test_task_distribution_pinning_digests_shipped_data(env_folder: Path) -> Non
 
     (env_folder / "data").mkdir()
     (env_folder / "data" / "tasks.jsonl").write_text('{"q": "1+1", "a": "2"}\n')
+    (env_folder / "LICENSE.txt").write_text("MIT\n")  # neither it nor requirements.txt is data
     finding = run_check(check_task_distribution_pinning, env_folder)
     assert finding.status == "pass", finding.summary
     assert finding.measured["shipped_data_files"] == [
