@@ -13,7 +13,15 @@ import re
 import secrets
 from typing import Any
 
-from taskhub import EnvClosedError, EnvConnectError, EnvError, EnvTimeout, Task, canonical_json
+from taskhub import (
+    EnvClosedError,
+    EnvConnectError,
+    EnvError,
+    EnvExecutionError,
+    EnvTimeout,
+    Task,
+    canonical_json,
+)
 
 from ._check import Finding, JsonObject, check, failed, passed, skipped
 from ._runtime import noop_policy, stable_state
@@ -138,6 +146,102 @@ async def _key_effect(subject: Subject, key: str) -> str:
             if isinstance(start_variant, str) or start_a != start_variant:
                 return "changes"
     return "none" if tried else "untested"
+
+
+# --- taskset.unknown_values_refused ------------------------------------------------------------
+
+#: A string reset key is categorical (a task id, family, level...) when the taskset uses at most
+#: this many of its values, each on average in two rows or more.
+CATEGORICAL_MAX_VALUES = 20
+#: Categorical keys probed with a value no row uses.
+UNKNOWN_PROBES = 3
+
+
+def categorical_keys(subject: Subject) -> dict[str, list[str]]:
+    """Reset keys whose values are a small set of strings in the taskset, with those values."""
+    taskset = subject.taskset
+    if taskset is None:
+        return {}
+    rows = taskset.tasks(subject.config.split or taskset.default_split())
+    values: dict[str, set[str]] = {}
+    mixed: set[str] = set()
+    for task in rows:
+        for key, value in task.reset.items():
+            if key in PROTOCOL_KEYS:
+                continue
+            if isinstance(value, str):
+                values.setdefault(key, set()).add(value)
+            else:
+                mixed.add(key)
+    return {
+        key: sorted(found)
+        for key, found in sorted(values.items())
+        if key not in mixed and len(found) <= CATEGORICAL_MAX_VALUES and len(rows) >= 2 * len(found)
+    }
+
+
+@check(
+    "taskset.unknown_values_refused",
+    level="taskset",
+    order=51,
+    needs=("episode", "taskset"),
+    after=("taskset.reset_params",),
+)
+async def check_unknown_values_refused(subject: Subject) -> Finding:
+    """A reset with a task value no row uses (a misspelt task id) is refused, not served.
+
+    An env that falls back to a default task on an unknown id runs the wrong task without a
+    word: a typo in a taskset then evaluates something else. The probe replaces one
+    categorical string key of a row (a small set of values across the taskset) at a time.
+    """
+    keys = categorical_keys(subject)
+    if not keys:
+        return skipped("the taskset has no categorical string reset key (task id, family...)")
+    served: list[Any] = []
+    broke: list[Any] = []
+    probes: dict[str, str] = {}
+    for key in list(keys)[:UNKNOWN_PROBES]:
+        task = next((t for t in subject.tasks if key in t.reset), None)
+        if task is None:
+            continue
+        kwargs = subject.reset_kwargs(task, tag="unknown")
+        kwargs[key] = f"taskhub-no-such-{key}"
+        trajectory = await subject.play(kwargs, lambda i, r: None, max_steps=0)
+        error = trajectory.error
+        if error is None:
+            probes[key] = "served"
+            first = trajectory.first.observation if trajectory.first else None
+            served.append({"reset": kwargs, "known_values": keys[key][:10], "observation": first})
+        elif isinstance(error, EnvExecutionError) or error.code is not None:
+            probes[key] = "refused"
+        else:
+            probes[key] = "broke"
+            broke.append({"reset": kwargs, "error": f"{type(error).__name__}: {error}"[:400]})
+    measured: JsonObject = {
+        "probes": probes,
+        "categorical_keys": {k: len(v) for k, v in keys.items()},
+    }
+    if served:
+        key = next(k for k, outcome in probes.items() if outcome == "served")
+        return failed(
+            f"reset accepted {key}={served[0]['reset'][key]!r}, a value no row uses, and "
+            "started an episode",
+            "Refuse unknown task values in reset() (raise ValueError naming the known ones): "
+            "a silent fallback runs the wrong task.",
+            measured=measured,
+            evidence=served[:3],
+        )
+    if broke:
+        return failed(
+            f"reset with an unknown value broke the session: {broke[0]['error']}",
+            "Refuse unknown task values with an error frame (raise in reset()), keeping the "
+            "session and the server alive.",
+            measured=measured,
+            evidence=broke[:3],
+        )
+    return passed(
+        f"unknown values of {', '.join(probes)} were refused with an error", measured=measured
+    )
 
 
 # --- oracle ------------------------------------------------------------------------------------

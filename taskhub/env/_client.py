@@ -402,14 +402,27 @@ class HttpEnvSession:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def _call(self, method: str, path: str, body: Any, verb: str) -> Any:
+    async def _call(
+        self, method: str, path: str, body: Any, verb: str, *, fresh_retry: bool = False
+    ) -> Any:
+        """One request under the deadline; errors become ``EnvError``s.
+
+        ``fresh_retry``: when the request fails on a pooled keep-alive connection the server had
+        closed (uvicorn closes it after an unhandled exception's 500), send it once more on a
+        new connection. Only for requests that are safe to repeat (a reset starts over anyway).
+        """
         if self._closed:
             raise EnvClosedError(f"{verb}: the session is closed", env_url=self.base_url)
         url = self.base_url + path
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout):
-                response = await self._http.request(method, url, json=body)
+                try:
+                    response = await self._http.request(method, url, json=body)
+                except (httpx.ReadError, httpx.RemoteProtocolError):
+                    if not fresh_retry:
+                        raise
+                    response = await self._http.request(method, url, json=body)
         except TimeoutError:
             raise EnvTimeout(
                 f"{verb}: no reply from {url} within {self.timeout:g}s", env_url=url
@@ -444,7 +457,7 @@ class HttpEnvSession:
 
     async def reset(self, **kwargs: Any) -> StepResult:
         """``POST /reset`` with the kwargs as the body."""
-        body = await self._call("POST", "/reset", kwargs, "reset")
+        body = await self._call("POST", "/reset", kwargs, "reset", fresh_retry=True)
         return parse_step_payload(body, f"reset reply from {self.base_url}")
 
     async def step(self, action: dict[str, Any]) -> StepResult:
@@ -454,7 +467,7 @@ class HttpEnvSession:
 
     async def state(self) -> dict[str, Any]:
         """``GET /state``."""
-        body = await self._call("GET", "/state", None, "state")
+        body = await self._call("GET", "/state", None, "state", fresh_retry=True)
         if not isinstance(body, dict):
             raise EnvProtocolError(f"state: expected an object, got {body!r:.200}")
         return body

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,7 +17,15 @@ from taskhub import (
     EnvProtocolError,
     EnvTimeout,
 )
-from taskhub.env import EnvClient, HttpEnvSession, probe_transport, space_url, split_base_url
+from taskhub.env import (
+    EnvClient,
+    HttpEnvSession,
+    launch_server,
+    probe_transport,
+    space_url,
+    split_base_url,
+    wait_healthy,
+)
 from tests.servers import CLOSE, FakeEnv, error, free_port, observation
 
 pytestmark = pytest.mark.anyio
@@ -222,3 +231,21 @@ def test_split_base_url(url: str, expected: tuple[str, str]) -> None:
 
 def test_space_url() -> None:
     assert space_url("OpenEnv/Echo_Env.v2") == "https://openenv-echo-env-v2.hf.space"
+
+
+async def test_http_session_survives_the_connection_a_500_closed(tmp_path: Path) -> None:
+    """uvicorn closes the keep-alive connection after an unhandled exception's 500: the next
+    reset must not fail on that dead pooled connection."""
+    folder = Path(__file__).resolve().parents[1] / "validators" / "envs" / "http_only"
+    server = launch_server(folder, log_dir=tmp_path)
+    try:
+        async with httpx.AsyncClient() as http:
+            await wait_healthy(http, server.url, server=server)
+            session = HttpEnvSession(server.url, http=http, timeout=10)
+            with pytest.raises(EnvExecutionError, match="HTTP 500"):
+                await session.reset(seed=1, op="no-such-op")
+            first = await session.reset(seed=1, op="add")
+            assert "What is" in first.observation["question"]
+            assert (await session.state())["op"] == "add"
+    finally:
+        server.stop()

@@ -52,6 +52,7 @@ EXPECTED: dict[str, set[str]] = {
     "unpinned_tasks": {"static.task_distribution_pinning"},
     # hash() of a str is salted per process: determinism holds in one server, not after a restart
     "salted_hash": {"semantic.replayability"},
+    "unknown_op_fallback": {"taskset.unknown_values_refused"},
 }
 #: Validation settings of the corpus runs: short deadlines, fewer growth episodes.
 FAST = {
