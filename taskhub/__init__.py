@@ -31,20 +31,6 @@ from taskhub._errors import (
     TasksetNotFound,
     UnknownPluginError,
 )
-from taskhub._hub import (
-    ProfileResult,
-    PushResult,
-    RedactionReport,
-    Redactor,
-    TasksetInfo,
-    describe_taskset,
-    init_taskset,
-    profile_taskset,
-    pull_results,
-    push_results,
-    push_taskset,
-    redact_run,
-)
 from taskhub._registry import create, model_backend, registry, reward, validator
 from taskhub._rescore import rescore, rescore_async, rescore_record, rescore_records
 from taskhub._results import (
@@ -109,6 +95,20 @@ from taskhub._schema import (
 from taskhub._stats import mean_ci, pass_at_k, success_interval, wilson_interval
 from taskhub._taskset import Taskset, builtin_tasksets, load_taskset, read_card
 from taskhub._version import __version__
+from taskhub.hub import (
+    ProfileResult,
+    PushResult,
+    RedactionReport,
+    Redactor,
+    TasksetInfo,
+    describe_taskset,
+    init_taskset,
+    profile_taskset,
+    pull_results,
+    push_results,
+    push_taskset,
+    redact_run,
+)
 
 __all__ = [
     "AgentFormatError",

@@ -34,10 +34,10 @@ from taskhub import (
 from taskhub.env import (
     EnvClient,
     EnvSession,
-    HttpEnvSession,
     LocalServer,
     StepResult,
     launch_server,
+    open_session,
     wait_healthy,
 )
 from taskhub.models import action_properties, text_field
@@ -340,23 +340,16 @@ class Subject:
         if self.url is None:
             raise RuntimeError("no running server")
         config = self.config
-        inner: EnvSession
-        if self.transport == "http":
-            inner = HttpEnvSession(
-                self.url,
-                http=self.http,
-                timeout=config.op_timeout_s,
-                max_frame_bytes=config.max_frame_bytes,
-            )
-        else:
-            client = EnvClient(
-                self.url,
-                timeout=config.op_timeout_s,
-                connect_timeout=config.op_timeout_s,
-                max_frame_bytes=config.max_frame_bytes,
-            )
-            await client.connect()
-            inner = client
+        inner: EnvSession = open_session(
+            self.url,
+            self.transport or "ws",
+            http=self.http,
+            timeout=config.op_timeout_s,
+            connect_timeout=config.op_timeout_s,
+            max_frame_bytes=config.max_frame_bytes,
+        )
+        if isinstance(inner, EnvClient):
+            await inner.connect()
         traced = TracedSession(inner, self)
         try:
             yield traced

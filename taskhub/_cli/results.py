@@ -77,7 +77,7 @@ def push(
 ) -> None:
     """Publish a run to a results repo (runs/<run_id>/), secrets redacted, others kept."""
     from taskhub._cli import fail
-    from taskhub._hub import is_secret_name, push_results
+    from taskhub.hub import is_secret_name, push_results
 
     names = {name for name in os.environ if is_secret_name(name)} | set(secret_env or [])
     secrets = {name: os.environ[name] for name in sorted(names) if os.environ.get(name)}

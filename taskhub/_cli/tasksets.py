@@ -48,7 +48,7 @@ def check(
 ) -> None:
     """Validate every row and the card of a taskset; exit 1 naming the rows at fault."""
     from taskhub._cli import fail
-    from taskhub._hub import check_taskset
+    from taskhub.hub import check_taskset
 
     try:
         taskset = load_taskset(source)
@@ -100,7 +100,7 @@ def init(
 ) -> None:
     """Scaffold a taskset folder (card with configs and env binding, data files)."""
     from taskhub._cli import fail
-    from taskhub._hub import init_taskset
+    from taskhub.hub import init_taskset
 
     try:
         card = TasksetCard(
@@ -132,7 +132,7 @@ def push(
 ) -> None:
     """Validate a taskset folder and publish it as one commit of a Hub dataset repo."""
     from taskhub._cli import fail
-    from taskhub._hub import push_taskset
+    from taskhub.hub import push_taskset
 
     try:
         result = push_taskset(path, repo, branch=revision, tag=tag, token=token, private=private)
@@ -167,7 +167,7 @@ def show(
 ) -> None:
     """Describe a taskset: env, resolved commit, splits, row counts, columns."""
     from taskhub._cli import fail
-    from taskhub._hub import describe_taskset
+    from taskhub.hub import describe_taskset
 
     try:
         info = describe_taskset(source, token=token)
@@ -207,7 +207,7 @@ def profile(
 ) -> None:
     """Write per-task pass rates and difficulty from runs into a new taskset revision."""
     from taskhub._cli import fail
-    from taskhub._hub import profile_taskset
+    from taskhub.hub import profile_taskset
 
     try:
         result = profile_taskset(

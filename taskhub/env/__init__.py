@@ -7,11 +7,11 @@ from taskhub.env._client import (
     DEFAULT_TIMEOUT_S,
     EnvClient,
     EnvSession,
-    HttpEnvSession,
     StepResult,
-    fetch_json,
+    Transport,
     split_base_url,
 )
+from taskhub.env._http import OPENENV_HTTP, HttpDialect, HttpEnvSession, fetch_json
 from taskhub.env._launch import (
     EnvHandle,
     EnvTarget,
@@ -23,20 +23,28 @@ from taskhub.env._launch import (
     space_url,
     wait_healthy,
 )
+from taskhub.env._pool import CAPACITY_PROBE_EVERY, SessionPool
+from taskhub.env._session import open_session
 
 __all__ = [
+    "CAPACITY_PROBE_EVERY",
     "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_TIMEOUT_S",
     "EnvClient",
     "EnvHandle",
     "EnvSession",
     "EnvTarget",
+    "HttpDialect",
     "HttpEnvSession",
     "LocalServer",
+    "OPENENV_HTTP",
+    "SessionPool",
     "StepResult",
+    "Transport",
     "builtin_envs",
     "fetch_json",
     "launch_server",
+    "open_session",
     "probe_transport",
     "resolve_env",
     "space_url",

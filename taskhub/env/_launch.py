@@ -29,7 +29,8 @@ import yaml
 
 from taskhub._errors import EnvConnectError, EnvError, EnvLaunchError, EnvTimeout
 from taskhub._schema import EnvInfo
-from taskhub.env._client import EnvClient, Transport, fetch_json, split_base_url
+from taskhub.env._client import EnvClient, Transport, split_base_url
+from taskhub.env._http import fetch_json
 
 logger = logging.getLogger(__name__)
 

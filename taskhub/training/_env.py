@@ -28,7 +28,6 @@ from taskhub._rewards import BoundReward, RewardSet
 from taskhub._runner import (
     CAPACITY_WAIT_S,
     EpisodePlan,
-    SessionPool,
     plan_episode,
     record_episode,
 )
@@ -42,6 +41,7 @@ from taskhub._schema import (
 from taskhub._taskset import Taskset
 from taskhub.env._client import DEFAULT_MAX_FRAME_BYTES, EnvSession
 from taskhub.env._launch import DEFAULT_STARTUP_TIMEOUT_S, EnvHandle
+from taskhub.env._pool import SessionPool
 from taskhub.models._base import GenerateRequest, Generation, ModelBackend
 from taskhub.models._scripted import text_field
 

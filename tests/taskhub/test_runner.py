@@ -121,7 +121,7 @@ def test_capacity_is_back_pressure_not_failure(tmp_path: Path) -> None:
 
 def test_capacity_that_comes_back_is_used_again(tmp_path: Path) -> None:
     """A shared server full at first frees up: the learnt limit is probed upward again."""
-    from taskhub._runner import CAPACITY_PROBE_EVERY
+    from taskhub.env import CAPACITY_PROBE_EVERY
 
     taskset = write_taskset(tmp_path / "ts", 5 * CAPACITY_PROBE_EVERY)
 

@@ -1,0 +1,361 @@
+"""Results on the Hub: push a run directory to a results repo, pull runs back."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from taskhub._errors import ResultsError, TasksetNotFound
+from taskhub._results import EPISODES, MANIFEST, read_run, summarize, write_manifest, write_results
+from taskhub._schema import EpisodeRecord, RunManifest
+from taskhub.hub._common import (
+    PushResult,
+    check_repo_id,
+    http_status,
+    hub_errors,
+    render_readme,
+    require_token,
+    whoami,
+)
+from taskhub.hub._redact import redact_run
+
+logger = logging.getLogger(__name__)
+
+#: Attempts of a results push when another push lands first (HTTP 412).
+PUSH_ATTEMPTS = 3
+_RUN_ID = re.compile(r"^[\w.-]+$")
+
+
+def _episode_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("episode_id", pa.string()),
+            ("task_id", pa.string()),
+            ("split", pa.string()),
+            ("sample", pa.int64()),
+            ("seed", pa.int64()),
+            ("model", pa.string()),
+            ("taskset", pa.string()),
+            ("taskset_commit", pa.string()),
+            ("outcome", pa.string()),
+            ("reward", pa.float64()),
+            ("success", pa.bool_()),
+            ("env_reward", pa.float64()),
+            ("num_steps", pa.int64()),
+            ("attempts", pa.int64()),
+            ("error_type", pa.string()),
+            ("error_message", pa.string()),
+            ("started_at", pa.string()),
+            ("duration_s", pa.float64()),
+            ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+            ("reward_components", pa.string()),
+            ("record", pa.string()),
+        ]
+    )
+
+
+def _episodes_parquet(manifest: RunManifest, records: Sequence[EpisodeRecord]) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for r in records:
+        data = r.model_dump(mode="json")
+        rows.append(
+            {
+                "run_id": r.run_id,
+                "episode_id": r.episode_id,
+                "task_id": r.task_id,
+                "split": r.split,
+                "sample": r.sample,
+                "seed": r.seed,
+                "model": manifest.model.spec,
+                "taskset": manifest.taskset.repo_id or manifest.taskset.name,
+                "taskset_commit": manifest.taskset.commit_sha,
+                "outcome": r.outcome,
+                "reward": r.reward,
+                "success": r.success,
+                "env_reward": r.env_reward,
+                "num_steps": r.num_steps,
+                "attempts": r.attempts,
+                "error_type": r.error.type if r.error else None,
+                "error_message": r.error.message if r.error else None,
+                "started_at": data["started_at"],
+                "duration_s": r.duration_s,
+                "messages": [{"role": m.role, "content": m.content} for m in r.messages],
+                "reward_components": json.dumps(data["reward_components"], ensure_ascii=False),
+                "record": r.model_dump_json(),
+            }
+        )
+    table = pa.Table.from_pylist(rows, schema=_episode_schema())
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+def _results_card(
+    repo_id: str, manifests: Sequence[RunManifest], summaries: Mapping[str, Any]
+) -> str:
+    header = {
+        "configs": [
+            {
+                "config_name": "default",
+                "data_files": [{"split": "train", "path": "runs/*/episodes.parquet"}],
+            }
+        ],
+        "tags": ["taskhub", "openenv", "evaluation"],
+        "pretty_name": f"taskhub results: {repo_id}",
+    }
+    lines = [
+        f"# taskhub results: {repo_id}",
+        "",
+        "Evaluation runs made with [taskhub](https://github.com/huggingface/OpenEnv) over OpenEnv "
+        "environments. Each run is a folder `runs/<run_id>/` holding `run.json` (configuration "
+        "and provenance) and `episodes.parquet` (one row per episode; the `record` column is the "
+        "full episode record as JSON). Secrets were redacted before upload.",
+        "",
+        "Load every run locally with `taskhub.pull_results(repo_id, revision)`.",
+        "",
+        "| run | model | taskset | split | episodes | mean reward | success rate |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in sorted(manifests, key=lambda m: m.run_id):
+        s = summaries.get(m.run_id, {})
+        taskset = m.taskset.repo_id or m.taskset.name
+        if m.taskset.commit_sha:
+            taskset += f"@{m.taskset.commit_sha[:12]}"
+        mean = s.get("mean_reward")
+        rate = s.get("success_rate")
+        lines.append(
+            f"| `{m.run_id}` | `{m.model.spec}` | `{taskset}` | {m.split} | "
+            f"{s.get('n_episodes', '?')} | {'-' if mean is None else f'{mean:.3f}'} | "
+            f"{'-' if rate is None else f'{rate:.3f}'} |"
+        )
+    return render_readme(header, "\n".join(lines))
+
+
+def push_results(
+    run_dir: str | Path,
+    repo_id: str,
+    *,
+    token: str | None = None,
+    secrets: Mapping[str, str] | None = None,
+    private: bool = False,
+) -> PushResult:
+    """Publish a run directory to a results dataset repo, redacted, next to the runs it holds.
+
+    The run lands in ``runs/<run_id>/`` (``run.json`` and ``episodes.parquet``), and the
+    README card is regenerated so the dataset viewer shows every run's episodes. The commit is
+    made against the head it was built on; when another push lands first, it is rebuilt and
+    retried. A run id the repo already holds is refused.
+
+    Args:
+        run_dir: The run directory.
+        repo_id: ``org/name`` of the results dataset repo (created when missing).
+        token: Hub token with write access (huggingface_hub's own ``HF_TOKEN`` otherwise). It
+            is redacted from the run too.
+        secrets: Exact secret values by name to redact (values of secret environment variables).
+        private: Create the repo private.
+
+    Returns:
+        The commit.
+
+    Raises:
+        ResultsError: The run is not readable, redaction cannot be guaranteed, the repo already
+            holds the run, there is no usable token, or the Hub refused the push.
+    """
+    from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
+
+    run = read_run(Path(run_dir))
+    run_id = run.manifest.run_id
+    if not _RUN_ID.match(run_id):
+        raise ResultsError(f"run id {run_id!r} cannot be a folder name on the Hub")
+    check_repo_id(repo_id, ResultsError)
+    resolved = require_token(token, "results push", ResultsError)
+    all_secrets = dict(secrets or {})
+    all_secrets.setdefault("hub token", resolved)
+    manifest, records, report = redact_run(run.manifest, run.records, all_secrets)
+    if report.total:
+        logger.warning(
+            "redacted %d secret(s) from run %s in %d field(s)",
+            report.total,
+            run_id,
+            len(report.fields),
+        )
+    run_json = (manifest.model_dump_json(indent=2) + "\n").encode()
+    episodes = _episodes_parquet(manifest, records)
+    summary = summarize(records, n_planned=manifest.n_planned).model_dump(mode="json")
+    api = HfApi(token=resolved)
+    what = f"results push to {repo_id}"
+    whoami(api, what, ResultsError)
+    with hub_errors(what, ResultsError):
+        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    for attempt in range(PUSH_ATTEMPTS):
+        with hub_errors(what, ResultsError):
+            head = api.dataset_info(repo_id).sha
+            files = api.list_repo_files(repo_id, repo_type="dataset", revision=head)
+        existing = sorted(
+            {f.split("/")[1] for f in files if f.startswith("runs/") and f.count("/") >= 2}
+        )
+        if run_id in existing:
+            raise ResultsError(
+                f"{repo_id} already holds a run with id {run_id!r} (at commit {str(head)[:12]}); "
+                "runs are never overwritten. Nothing was pushed."
+            )
+        manifests = [manifest]
+        summaries = {run_id: summary}
+        for other in existing:
+            if f"runs/{other}/{MANIFEST}" not in files:
+                continue
+            with hub_errors(what, ResultsError):
+                local = hf_hub_download(
+                    repo_id, f"runs/{other}/{MANIFEST}", repo_type="dataset", revision=head
+                )
+            try:
+                manifests.append(RunManifest.model_validate_json(Path(local).read_bytes()))
+            except ValidationError:
+                logger.warning(
+                    "%s: runs/%s/run.json does not validate; left off the card", repo_id, other
+                )
+        card = _results_card(repo_id, manifests, summaries).encode()
+        operations = [
+            CommitOperationAdd(f"runs/{run_id}/{MANIFEST}", run_json),
+            CommitOperationAdd(f"runs/{run_id}/episodes.parquet", episodes),
+            CommitOperationAdd("README.md", card),
+        ]
+        try:
+            with hub_errors(what, ResultsError):
+                try:
+                    info = api.create_commit(
+                        repo_id,
+                        operations,
+                        commit_message=f"Add run {run_id}",
+                        repo_type="dataset",
+                        parent_commit=head,
+                    )
+                except Exception as exc:
+                    if http_status(exc) == 412:
+                        raise _StaleParent() from None
+                    raise
+        except _StaleParent:
+            logger.info(
+                "%s moved while pushing run %s; retrying (%d)", repo_id, run_id, attempt + 1
+            )
+            continue
+        sha = str(info.oid)
+        logger.info("pushed run %s to %s (%s)", run_id, repo_id, sha)
+        return PushResult(
+            repo_id,
+            sha,
+            "main",
+            None,
+            str(info.commit_url),
+            (f"runs/{run_id}/{MANIFEST}", f"runs/{run_id}/episodes.parquet", "README.md"),
+        )
+    raise ResultsError(
+        f"{what}: other pushes kept landing first ({PUSH_ATTEMPTS} attempts); nothing was pushed"
+    )
+
+
+class _StaleParent(Exception):
+    """The branch moved between reading its head and committing."""
+
+
+def pull_results(
+    repo_id: str,
+    revision: str | None = None,
+    *,
+    token: str | None = None,
+    output_dir: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+) -> list[Path]:
+    """Materialize every run of a results repo as a local run directory, pinned by commit.
+
+    The revision is resolved to a commit sha, that snapshot's ``runs/*/`` files are downloaded,
+    and each run becomes ``<output_dir>/<run_id>/`` holding ``run.json`` and
+    ``episodes.jsonl``: readable by ``taskhub.read_run``. Pulling the same commit again reuses
+    what is there, offline included.
+
+    Args:
+        repo_id: ``org/name`` of the results dataset repo.
+        revision: Branch, tag or commit (the default branch when None).
+        token: Hub token for private repos (huggingface_hub's own ``HF_TOKEN`` otherwise).
+        output_dir: Where the run directories go; by default
+            ``$HF_HOME/taskhub/results/<org>--<name>/<sha>/``.
+        cache_dir: huggingface_hub cache folder (its default otherwise).
+
+    Returns:
+        The run directories, sorted by run id.
+
+    Raises:
+        ResultsError: The repo or revision does not exist, or a run does not validate.
+    """
+    from huggingface_hub import HfApi, constants, snapshot_download
+
+    check_repo_id(repo_id, ResultsError)
+    what = f"results pull of {repo_id}" + (f"@{revision}" if revision else "")
+    try:
+        with hub_errors(what, ResultsError):
+            if revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision):
+                sha = revision
+            else:
+                sha = str(HfApi(token=token).dataset_info(repo_id, revision=revision).sha)
+            folder = Path(
+                snapshot_download(
+                    repo_id,
+                    repo_type="dataset",
+                    revision=sha,
+                    token=token,
+                    cache_dir=str(cache_dir) if cache_dir is not None else None,
+                    allow_patterns=["runs/*/run.json", "runs/*/episodes.parquet"],
+                )
+            )
+    except TasksetNotFound as exc:
+        raise ResultsError(str(exc)) from None
+    base = (
+        Path(output_dir)
+        if output_dir is not None
+        else Path(constants.HF_HOME) / "taskhub" / "results" / repo_id.replace("/", "--") / sha
+    )
+    out = []
+    for run_json in sorted((folder / "runs").glob(f"*/{MANIFEST}")):
+        run_id = run_json.parent.name
+        target = base / run_id
+        out.append(target)
+        if (target / MANIFEST).is_file() and (target / EPISODES).is_file():
+            continue
+        parquet = run_json.parent / "episodes.parquet"
+        try:
+            manifest = RunManifest.model_validate_json(run_json.read_bytes())
+            records = _read_episodes_parquet(parquet) if parquet.is_file() else []
+        except (ValidationError, ValueError) as exc:
+            raise ResultsError(
+                f"{repo_id}@{sha[:12]} runs/{run_id}: not a valid run: {exc}"
+            ) from None
+        staging = target.with_name(f".{run_id}.tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        write_results(staging / EPISODES, records)
+        write_manifest(staging, manifest)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    return out
+
+
+def _read_episodes_parquet(path: Path) -> list[EpisodeRecord]:
+    import pyarrow.parquet as pq
+
+    column = pq.read_table(path, columns=["record"]).column("record").to_pylist()
+    return [EpisodeRecord.model_validate_json(text) for text in column]
