@@ -1,7 +1,7 @@
 """The agent loop: observation -> chat messages -> model -> action -> ``step()``, until done.
 
-Messages are rendered with jinja2 templates (the taskset card's, or the defaults below) in a
-sandbox. The action is parsed from the reply against the env's action JSON schema: a JSON
+Messages are rendered with the taskset card's jinja2 templates (``taskhub._templates``). The
+action is parsed from the reply against the env's action JSON schema: a JSON
 object, a fenced JSON block, or plain text for an action with a single string field such as
 ``{"answer": ...}`` (and a reply naming exactly one option of a single enum field).
 """
@@ -16,71 +16,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from jinja2 import StrictUndefined, Template, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
 
-from taskhub._errors import AgentFormatError, ConfigError, EnvProtocolError
+from taskhub._errors import AgentFormatError, EnvProtocolError
 from taskhub._schema import (
     ChatMessage,
     SamplingParams,
     StepRecord,
     Task,
-    TasksetCard,
     Usage,
 )
+from taskhub._templates import Templates, observation_text
 from taskhub.env._client import EnvSession, StepResult
 from taskhub.models._base import GenerateRequest, ModelBackend, TurnContext
 from taskhub.models._scripted import action_properties, text_field
-
-DEFAULT_SYSTEM_PROMPT = """\
-You are an agent acting in an environment, one action per reply.
-{%- if text_field %}
-Reply with your {{ text_field }} only.
-{%- else %}
-Reply with a single JSON object, the action, matching this JSON schema:
-{{ action_schema_json }}
-{%- endif %}"""
-
-DEFAULT_PROMPT_TEMPLATE = """\
-{%- if prompt %}{{ prompt }}
-
-{% endif -%}
-{{ observation_text }}"""
-
-DEFAULT_STEP_TEMPLATE = """\
-{%- if reward is not none %}Reward: {{ reward }}
-{% endif -%}
-{{ observation_text }}"""
-
-#: The taskset card field behind each template, for error messages.
-CARD_FIELDS = {"system": "system_prompt", "first": "prompt_template", "step": "step_template"}
 
 FORMAT_RETRY_MESSAGE = (
     "Your reply could not be used as an action: {error}\nReply again with only the action."
 )
 
-# Observation fields that are protocol plumbing, not content for the model.
-_HIDDEN_FIELDS = {"done", "reward", "metadata"}
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
-
-_jinja = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
-
-
-def observation_text(observation: dict[str, Any]) -> str:
-    """Render an observation for a model: one ``key: value`` line per content field."""
-    lines = []
-    for key, value in observation.items():
-        if key in _HIDDEN_FIELDS or value is None:
-            continue
-        if isinstance(value, str):
-            lines.append(f"{key}:\n{value}" if "\n" in value else f"{key}: {value}")
-        elif isinstance(value, bool):
-            lines.append(f"{key}: {'true' if value else 'false'}")
-        elif isinstance(value, int):
-            lines.append(f"{key}: {value}")
-        else:
-            lines.append(f"{key}: {json.dumps(value, ensure_ascii=False)}")
-    return "\n".join(lines)
 
 
 def public_action_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -92,50 +46,6 @@ def public_action_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None
     props.pop("metadata", None)
     public["properties"] = props
     return public
-
-
-@dataclass
-class Templates:
-    """The prompt templates of a taskset, compiled once."""
-
-    system: str
-    first: str
-    step: str
-    _compiled: dict[str, Template] = field(default_factory=dict, repr=False, compare=False)
-
-    @classmethod
-    def from_card(cls, card: TasksetCard) -> Templates:
-        """Use the card's templates, the defaults where it sets none.
-
-        Raises:
-            ConfigError: A template does not compile.
-        """
-        templates = cls(
-            card.system_prompt or DEFAULT_SYSTEM_PROMPT,
-            card.prompt_template or DEFAULT_PROMPT_TEMPLATE,
-            card.step_template or DEFAULT_STEP_TEMPLATE,
-        )
-        for name in ("system", "first", "step"):
-            try:
-                templates._compiled[name] = _jinja.from_string(getattr(templates, name))
-            except TemplateError as exc:
-                raise ConfigError(
-                    f"taskset card {CARD_FIELDS[name]} does not compile: {exc}"
-                ) from None
-        return templates
-
-    def render(self, which: str, **variables: Any) -> str:
-        """Render the ``system``, ``first`` or ``step`` template.
-
-        Raises:
-            ConfigError: The template fails (an undefined variable, a sandbox violation).
-        """
-        try:
-            return self._compiled[which].render(**variables).strip()
-        except TemplateError as exc:
-            raise ConfigError(
-                f"taskset card {CARD_FIELDS[which]} failed to render: {exc}"
-            ) from None
 
 
 def parse_action(reply: str, schema: dict[str, Any] | None) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import SecretStr
 
-from taskhub._agent import EpisodeTrace, Templates, run_episode
+from taskhub._agent import EpisodeTrace, run_episode
 from taskhub._errors import (
     AgentFormatError,
     ConfigError,
@@ -64,6 +64,7 @@ from taskhub._schema import (
     Task,
 )
 from taskhub._taskset import Taskset, load_taskset
+from taskhub._templates import Templates
 from taskhub._version import __version__
 from taskhub.env._launch import EnvHandle
 from taskhub.env._pool import SessionPool

@@ -14,7 +14,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from taskhub._agent import Templates
 from taskhub._errors import ConfigError, TasksetError
 from taskhub._schema import Task, TasksetCard, TasksetRef
 from taskhub._taskset import (
@@ -27,6 +26,7 @@ from taskhub._taskset import (
     load_taskset,
     read_card,
 )
+from taskhub._templates import Templates
 from taskhub.hub._common import (
     PROFILE_HEADER,
     PushResult,

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from taskhub._agent import EpisodeTrace, Templates, public_action_schema, run_episode
+from taskhub._agent import EpisodeTrace, public_action_schema, run_episode
 from taskhub._errors import AgentFormatError, ConfigError, EnvCapacityError, TaskhubError
 from taskhub._rewards import BoundReward, RewardSet
 from taskhub._runner import (
@@ -39,6 +39,7 @@ from taskhub._schema import (
     Task,
 )
 from taskhub._taskset import Taskset
+from taskhub._templates import Templates
 from taskhub.env._client import DEFAULT_MAX_FRAME_BYTES, EnvSession
 from taskhub.env._launch import DEFAULT_STARTUP_TIMEOUT_S, EnvHandle
 from taskhub.env._pool import SessionPool

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from taskhub._agent import EpisodeTrace, observation_text, parse_action
+from taskhub._agent import EpisodeTrace, parse_action
 from taskhub._errors import AgentFormatError, ConfigError, EnvError, MissingDependencyError
 from taskhub._runner import EpisodePlan
 from taskhub._schema import (
@@ -37,6 +37,7 @@ from taskhub._schema import (
     Usage,
     canonical_json,
 )
+from taskhub._templates import observation_text
 from taskhub.env._client import EnvSession
 from taskhub.models._base import GenerateRequest, Generation
 from taskhub.training._env import TrainingEnv

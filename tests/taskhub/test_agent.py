@@ -7,7 +7,7 @@ import re
 import pytest
 
 from taskhub import AgentFormatError, ConfigError, TasksetCard, parse_action
-from taskhub._agent import Templates, observation_text
+from taskhub._templates import Templates, observation_text
 
 ANSWER = {
     "type": "object",
