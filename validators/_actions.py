@@ -8,6 +8,8 @@ per enum option or union variant, then the schema's own examples.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from ._json import JsonObject
@@ -98,7 +100,8 @@ def _fill(variant: dict[str, Any], *, option: int = 0, enum_field: str | None = 
     for name, spec in properties.items():
         if name == "metadata" or not isinstance(spec, dict):
             continue
-        if name in required or name == enum_field:
+        tag = "const" in spec or (isinstance(spec.get("enum"), list) and len(spec["enum"]) == 1)
+        if name in required or name == enum_field or tag:  # a union's tag, required or not
             action[name] = sample_value(spec, option=option if name == enum_field else 0)
     return action
 
@@ -126,3 +129,34 @@ def candidate_actions(schema: dict[str, Any] | None) -> list[JsonObject]:
         if action not in unique:
             unique.append(action)
     return unique[:MAX_CANDIDATES]
+
+
+_ENUM_TEXT = re.compile(r"(\w+)[ \t]*\n\s+Input should be ((?:'[^']*'(?:, | or )?)+)")
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def repaired(action: JsonObject, error: str) -> JsonObject | None:
+    """``action`` with the value a validation error asks for, when the error names one.
+
+    Pydantic-based servers answer a bad enum with ``field ... Input should be 'a', 'b' or
+    'c'`` (in plain text or in FastAPI's JSON ``detail``): the first allowed value is taken.
+    """
+    fixed = dict(action)
+    try:
+        start = error.index("{")
+        detail = json.loads(error[start:]).get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, list):
+        for item in detail:
+            if not isinstance(item, dict):
+                continue
+            loc, msg = item.get("loc") or [], str(item.get("msg", ""))
+            values = _QUOTED.findall(msg.partition("Input should be")[2])
+            if values and loc and isinstance(loc[-1], str) and loc[-1] != "action":
+                fixed[loc[-1]] = values[0]
+    for name, allowed in _ENUM_TEXT.findall(error.replace("\\n", "\n")):
+        values = _QUOTED.findall(allowed)
+        if values:
+            fixed[name] = values[0]
+    return fixed if fixed != action else None

@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from taskhub import EnvCapacityError, EnvConnectError, EnvError
 from taskhub.env import OPENENV_HTTP, EnvClient, HttpDialect, learn_http_dialect, split_base_url
 
-from ._actions import candidate_actions, inline
+from ._actions import candidate_actions, inline, repaired
 from ._check import Finding, check, failed, passed, skipped
 from ._driver import ActionPolicy, HttpReply, Transport, http_call
 from ._json import JsonObject
@@ -244,6 +244,8 @@ class Wire:
     """The first action the env accepted."""
     http_dialect: HttpDialect | None = None
     """The dialect of the server's HTTP episode routes, when it has them (``/ws`` or not)."""
+    openapi_action: dict[str, Any] | None = None
+    """The action schema of the step route in ``/openapi.json``, when it is typed."""
 
 
 def _openapi_action(reply: HttpReply) -> tuple[HttpDialect | None, dict[str, Any] | None]:
@@ -302,10 +304,19 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
             driver.dialect = _with_reset_keys(dialect, kwargs)
         if transport == "http":
             wire.http_dialect = driver.dialect
-        for action in candidate_actions(driver.action_schema):
+        candidates = candidate_actions(driver.action_schema)
+        if wire.openapi_action is not None:
+            candidates += [a for a in candidate_actions(wire.openapi_action) if a not in candidates]
+        tried = 0
+        while candidates and tried < MAX_FIRST_ACTIONS:
+            action = candidates.pop(0)
+            tried += 1
             trajectory = await driver.play(kwargs, _once(action), max_steps=1)
             error = _text(trajectory.error)
             wire.attempts.append({"transport": transport, "action": action, "error": error})
+            fixed = repaired(action, error or "") if error else None
+            if fixed is not None and fixed not in candidates:
+                candidates.insert(0, fixed)  # the server said which value it wants
             if trajectory.error is None and (trajectory.steps or trajectory.done):
                 wire.action = action
                 wire.cause = None
@@ -330,6 +341,10 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
         )
     else:
         wire.cause = f"every reset failed ({len(reset_errors)} tried): {_most_common(reset_errors)}"
+
+
+#: Most first actions tried on one transport before the env is said to refuse them all.
+MAX_FIRST_ACTIONS = 8
 
 
 def _once(action: JsonObject) -> ActionPolicy:
@@ -374,6 +389,7 @@ async def discover_wire(subject: Subject) -> Wire:
         wire.schema_source = "schema"
     wire.openapi_reply = await http_call(driver, "/openapi.json")
     dialect, openapi_action = _openapi_action(wire.openapi_reply)
+    wire.openapi_action = openapi_action
     declared = driver.action_schema
     if openapi_action is not None:
         if declared is None:

@@ -188,6 +188,10 @@ def parse_http_reply(body: Any, where: str, *, step: bool = False) -> StepResult
     """
     if not isinstance(body, dict):
         raise EnvProtocolError(f"{where}: the reply must be an object, got {body!r:.200}")
+    reward = body.get("reward")
+    if isinstance(reward, dict):  # {"value": 0.4, "breakdown": {...}}: the number it carries
+        number = next((reward[k] for k in ("value", "total", "score") if k in reward), reward)
+        body = {**body, "reward": number}
     if isinstance(body.get("observation"), dict):
         return parse_step_payload(body, where)
     if step and not {"reward", "done", "terminated", "truncated"} & set(body):
@@ -269,6 +273,17 @@ def _body_keys(schema: dict[str, Any]) -> tuple[str, ...] | None:
     return None
 
 
+def _named_action(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The one model named ``...Action`` among the document's schemas, if there is one.
+
+    A step route that takes an untyped body and validates it by hand still publishes the
+    model it validates with.
+    """
+    schemas = (spec.get("components") or {}).get("schemas") or {}
+    named = [name for name in schemas if str(name).lower().endswith("action")]
+    return _resolve(spec, schemas[named[0]]) if len(named) == 1 else None
+
+
 def learn_http_dialect(spec: Any) -> tuple[HttpDialect, dict[str, Any] | None] | None:
     """Read an HTTP server's dialect, and its action schema, from its ``/openapi.json``.
 
@@ -287,14 +302,19 @@ def learn_http_dialect(spec: Any) -> tuple[HttpDialect, dict[str, Any] | None] |
     body = request_schema(spec, step)
     found = body.get("properties")
     properties: dict[str, Any] = found if isinstance(found, dict) else {}
-    wrap = "action" in properties and (
-        "action" in (body.get("required") or []) or len(properties) == 1
+    inner = _resolve(spec, properties["action"]) if "action" in properties else {}
+    # {"action": {...}} wraps an object; {"action": "A"} is a bare body with a field "action"
+    wrap = bool(
+        inner
+        and (inner.get("type") == "object" or "properties" in inner or "oneOf" in inner)
+        and ("action" in (body.get("required") or []) or len(properties) == 1)
     )
-    action: dict[str, Any] | None = _resolve(spec, properties["action"]) if wrap else body
+    action: dict[str, Any] | None = inner if wrap else body
     if not action or not (action.get("properties") or action.get("oneOf") or action.get("anyOf")):
         action = None
     if not properties:
         wrap = True  # an untyped body: OpenEnv's shape is the likeliest
+        action = _named_action(spec)
     reset_keys = _body_keys(request_schema(spec, reset))
     dialect = HttpDialect(
         reset_path=reset,
