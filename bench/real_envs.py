@@ -16,8 +16,9 @@ scratch folder, never validated in place, and ``taskhub validate --batch`` launc
 - envs on which an episode was played (``protocol.episode`` passed).
 
 An env without a report (its recipe did not start it, in the URL lane) counts for no class in
-that lane. Only ``C1`` is caught by a verdict rather than a check: ``unsupported``, or a failed
-``runtime.startup`` or ``protocol.episode``.
+that lane; in the URL lane no static check runs, so C9 (packaging) is counted only in the folder
+lane. Besides failed checks, an ``unsupported`` verdict names C9 when the folder has no
+openenv.yaml and C1 otherwise.
 """
 
 from __future__ import annotations
@@ -97,9 +98,26 @@ def find_report(folder: Path, name: str) -> dict[str, Any] | None:
     return None
 
 
-def failing(report: dict[str, Any]) -> set[str]:
-    """Ids of the checks that failed or errored."""
-    return {c["id"] for c in report.get("checks", []) if c["status"] in ("fail", "error")}
+#: A check that describes two classes does so for one reason or the other, told by its summary:
+#: ``runtime.state_contract`` names a missing state route (C10) or a state that does not
+#: describe the episode (C8).
+REASONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("runtime.state_contract", "C10"): ("no state route", "HTTP 404", "HTTP 500", "failed:"),
+    ("runtime.state_contract", "C8"): ("violation",),
+}
+
+
+def failing(report: dict[str, Any], klass: str | None = None) -> set[str]:
+    """Ids of the checks that failed or errored (for ``klass``'s reason, when given)."""
+    out = set()
+    for c in report.get("checks", []):
+        if c["status"] not in ("fail", "error"):
+            continue
+        words = REASONS.get((c["id"], klass or ""))
+        if words is not None and not any(w in c.get("summary", "") for w in words):
+            continue
+        out.add(c["id"])
+    return out
 
 
 def _unsupported_as(report: dict[str, Any]) -> str | None:
@@ -114,7 +132,7 @@ def caught(report: dict[str, Any], klass: str) -> bool:
     """Whether the report names the class: a check describing it failed."""
     if _unsupported_as(report) == klass:
         return True
-    return bool(failing(report) & CLASS_CHECKS[klass])
+    return bool(failing(report, klass) & CLASS_CHECKS[klass])
 
 
 def played(report: dict[str, Any]) -> bool:
@@ -127,6 +145,7 @@ def played(report: dict[str, Any]) -> bool:
 def score(folder: Path) -> dict[str, Any]:
     """Score every report in ``folder`` against ``truth.json``."""
     truth = load_truth()
+    url_lane = any(folder.glob("*.report.json"))
     per_class = {
         k: {"known": 0, "caught": 0, "flags": 0, "missed": [], "flagged": []} for k in CLASSES
     }
@@ -145,6 +164,8 @@ def score(folder: Path) -> dict[str, Any]:
             "flags": [],
         }
         for klass in known["defects"]:
+            if url_lane and klass == "C9":
+                continue  # packaging is read from files: not in the URL lane
             per_class[klass]["known"] += 1
             if caught(report, klass):
                 per_class[klass]["caught"] += 1
@@ -153,7 +174,7 @@ def score(folder: Path) -> dict[str, Any]:
                 per_class[klass]["missed"].append(name)
                 row["missed"].append(klass)
         for klass in known["known_fine"]:
-            hits = sorted(failing(report) & CLASS_CHECKS[klass])
+            hits = sorted(failing(report, klass) & CLASS_CHECKS[klass])
             if _unsupported_as(report) == klass:
                 hits.append("verdict unsupported")
             if hits:

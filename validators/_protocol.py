@@ -788,8 +788,9 @@ async def check_malformed_input(subject: Subject) -> Finding:
         http_probes = [
             ("bad_json", dialect.step_path, b"{not json"),
             ("invalid_action", dialect.step_path, json.dumps(body).encode()),
-            ("non_object", dialect.reset_path, b"[1, 2, 3]"),
         ]
+        if dialect.reset_keys != ():  # a reset route that takes no body may ignore it
+            http_probes.append(("non_object", dialect.reset_path, b"[1, 2, 3]"))
         if (schema or {}).get("required"):
             empty: JsonObject = {"action": {}} if dialect.wrap_action else {}
             http_probes.insert(2, ("missing_fields", dialect.step_path, json.dumps(empty).encode()))

@@ -44,6 +44,18 @@ __all__ = [
     "request_schema",
 ]
 
+#: Times a request answered 429 (rate limited) is sent again.
+THROTTLE_RETRIES = 3
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """Seconds a 429 asks to wait (``Retry-After``), between 0.2 and 5."""
+    try:
+        return min(max(float(response.headers.get("retry-after", "1")), 0.2), 5.0)
+    except ValueError:
+        return 1.0
+
+
 #: OpenEnv's own HTTP routes and bodies.
 OPENENV_HTTP = HttpDialect()
 
@@ -107,6 +119,12 @@ class HttpEnvSession:
                 except (httpx.ReadError, httpx.RemoteProtocolError):
                     if not fresh_retry:
                         raise
+                    response = await self._http.request(method, url, json=body)
+                for _ in range(THROTTLE_RETRIES):
+                    if response.status_code != 429:
+                        break
+                    # a rate-limited server: wait as it asks (within the deadline), then again
+                    await asyncio.sleep(_retry_after(response))
                     response = await self._http.request(method, url, json=body)
         except TimeoutError:
             raise EnvTimeout(
