@@ -65,6 +65,7 @@ from taskhub._schema import (
 )
 from taskhub._taskset import Taskset, load_taskset
 from taskhub._templates import Templates
+from taskhub._trust import check_remote_code
 from taskhub._version import __version__
 from taskhub.env._launch import EnvHandle
 from taskhub.env._pool import SessionPool
@@ -240,6 +241,14 @@ def _plan(config: EvalConfig, taskset: Taskset, run_dir: Path, run_id: str) -> _
     split, tasks = select_tasks(taskset, config)
     if not tasks:
         raise ConfigError(f"nothing to run: split {split!r} selects no tasks")
+    trusted = check_remote_code(
+        taskset,
+        trust_remote_code=config.trust_remote_code,
+        rewards=not config.rewards,
+        env=not config.env,
+    )
+    for item in trusted:
+        logger.warning("running code of taskset %s (trusted): %s", taskset.name, item)
     rewards = RewardSet()
     task_rewards = {
         task.task_id: rewards.resolve(config.rewards or task.rewards or taskset.card.rewards)

@@ -496,6 +496,9 @@ class EvalConfig(BaseModel):
     """Stop the run at the first episode that is not scored."""
     max_frame_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     """Largest frame accepted from an env."""
+    trust_remote_code: bool = False
+    """Let the taskset's rows and card run code (``python:`` rewards, an env folder); refused
+    otherwise. Specs given here (``rewards``, ``env``) are the user's own either way."""
 
     @field_validator("shard")
     @classmethod

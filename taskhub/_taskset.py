@@ -121,7 +121,7 @@ def load_taskset(
     """
     path = Path(source).expanduser()
     if path.is_dir():
-        return _load_folder(path, TasksetRefParts(source, "local", path.name))
+        return _load_folder(path, TasksetRefParts(source, "local", path.resolve().name))
     if path.is_file():
         return _load_file(path, source)
     builtins = builtin_tasksets()
@@ -474,3 +474,36 @@ def _check_unique_ids(splits: dict[str, tuple[Task, ...]]) -> None:
                     split=split,
                 )
             seen[task.task_id] = (split, index)
+
+
+# --- readers for the modules that build tasksets (scaffolding from a file or a generator) -----
+
+#: One raw row and where it came from (``data.jsonl line 3``), before validation.
+Row = _Row
+
+
+def read_rows(paths: list[Path]) -> Iterator[Row]:
+    """Yield the raw rows of data files (``.jsonl``, ``.json``, ``.parquet``, ``.csv``).
+
+    Raises:
+        TasksetError: A file cannot be read (the file and line are named).
+    """
+    return _read_files(paths)
+
+
+def validate_rows(split: str, rows: Iterator[Row]) -> tuple[Task, ...]:
+    """Validate raw rows into tasks, as loading does.
+
+    Raises:
+        SchemaError: Rows do not match the schema (split, row, where and field named).
+    """
+    return _validate_rows(split, rows)
+
+
+def check_unique_ids(splits: dict[str, tuple[Task, ...]]) -> None:
+    """Refuse a task id used twice across the splits.
+
+    Raises:
+        SchemaError: A duplicate task id (both rows named).
+    """
+    _check_unique_ids(splits)

@@ -158,6 +158,15 @@ def eval_command(
             "(other arguments are taken from its run.json).",
         ),
     ] = None,
+    trust_remote_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-remote-code",
+            help="Let the taskset's rows and card run code on this machine (python:, trl:, "
+            "openenv: rewards, an env folder); refused otherwise. Read it first: taskhub "
+            "taskset show TASKSET.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     progress: Annotated[
         bool | None,
@@ -227,6 +236,7 @@ def eval_command(
                     max_retries=max_retries,
                     format_retries=format_retries,
                     fail_fast=fail_fast,
+                    trust_remote_code=trust_remote_code,
                 )
             except ValidationError as exc:
                 first = exc.errors()[0]
