@@ -95,6 +95,7 @@ from taskhub._schema import (
 )
 from taskhub._stats import mean_ci, pass_at_k, success_interval, wilson_interval
 from taskhub._taskset import Taskset, builtin_tasksets, load_taskset, read_card
+from taskhub._urls import redact_url
 from taskhub._version import __version__
 from taskhub.hub import (
     ProfileResult,
@@ -199,6 +200,7 @@ __all__ = [
     "read_results_table",
     "read_run",
     "redact_run",
+    "redact_url",
     "registry",
     "rescore",
     "rescore_async",

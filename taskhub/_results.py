@@ -31,10 +31,13 @@ EPISODES = "episodes.jsonl"
 
 def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
     """Write ``run.json`` atomically (a reader never sees half a manifest)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / f".{MANIFEST}.tmp"
-    tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, run_dir / MANIFEST)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, run_dir / MANIFEST)
+    except OSError as exc:
+        raise ResultsError(f"cannot write {run_dir / MANIFEST}: {exc.strerror or exc}") from None
 
 
 def read_manifest(run_dir: Path) -> RunManifest:
@@ -63,9 +66,22 @@ class ResultsWriter:
         self._file: IO[str] = path.open("a", encoding="utf-8")
 
     def write(self, record: EpisodeRecord) -> None:
-        """Append one record and flush it to the OS."""
-        self._file.write(record.model_dump_json() + "\n")
-        self._file.flush()
+        """Append one record and flush it to the OS.
+
+        Raises:
+            ValueError: The record cannot be serialized (nothing was written).
+            ResultsError: The file cannot be written (disk full...).
+        """
+        line = record.model_dump_json() + "\n"
+        try:
+            self._file.write(line)
+            self._file.flush()
+        except OSError as exc:
+            raise ResultsError(
+                f"cannot write {self.path}: {exc.strerror or exc}; the episodes written so far "
+                "are kept: free the space, then finish with `taskhub eval --resume "
+                f"{self.path.parent}`"
+            ) from None
 
     def close(self) -> None:
         """Close the file."""

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import SecretStr
@@ -66,6 +65,7 @@ from taskhub._schema import (
 from taskhub._taskset import Taskset, load_taskset
 from taskhub._templates import Templates
 from taskhub._trust import check_remote_code
+from taskhub._urls import redact_optional_url, redact_url
 from taskhub._version import __version__
 from taskhub.env._launch import EnvHandle
 from taskhub.env._pool import SessionPool
@@ -113,18 +113,6 @@ def derive_seed(*parts: object) -> int:
 
 def _slug(text: str, size: int = 32) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:size] or "x"
-
-
-def _redact_url(url: str | None) -> str | None:
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return url
 
 
 @functools.cache
@@ -384,15 +372,27 @@ class _Runner:
             created_at=self.sessions[0],
             updated_at=now,
             finished_at=now if status == "completed" else None,
-            config=config.model_copy(update={"base_url": _redact_url(config.base_url)}),
+            config=config.model_copy(
+                update={
+                    "base_url": redact_optional_url(config.base_url),
+                    "env": redact_optional_url(config.env),
+                }
+            ),
             taskset=plan.taskset.ref,
             split=plan.split,
-            env=self.env_info,
+            env=self.env_info.model_copy(
+                update={
+                    "spec": redact_url(self.env_info.spec),
+                    "urls": [redact_url(url) for url in self.env_info.urls],
+                }
+            )
+            if self.env_info
+            else None,
             model=ModelInfo(
                 spec=config.model,
                 provider=provider,
                 name=name,
-                base_url=_redact_url(config.base_url),
+                base_url=redact_optional_url(config.base_url),
                 sampling=config.sampling,
                 details=self.model.details if self.model else {},
             ),
@@ -420,7 +420,12 @@ class _Runner:
                 if self.stop_reason and record is None:
                     return
                 assert record is not None and self.writer is not None
-                self.writer.write(record)
+                try:
+                    record = self._write(record)
+                except ResultsError as exc:  # disk full, the folder gone: the run stops
+                    self.fatal = exc
+                    self.stop_reason = str(exc)
+                    return
                 self.rows.append(_summary_row(record))
                 logger.info(
                     "episode %s#%d: %s reward=%s steps=%d",
@@ -440,6 +445,34 @@ class _Runner:
         async with asyncio.TaskGroup() as group:
             for _ in range(self.config.concurrency):
                 group.create_task(worker())
+
+    def _write(self, record: EpisodeRecord) -> EpisodeRecord:
+        """Append ``record``; one that cannot be serialized is stored as that episode's error."""
+        assert self.writer is not None
+        try:
+            self.writer.write(record)
+            return record
+        except ValueError as exc:  # pydantic refuses a value (too deep, not JSON)
+            logger.warning("episode %s#%d cannot be stored: %s", record.task_id, record.sample, exc)
+            error = ResultsError(
+                f"the episode's record cannot be stored ({str(exc)[:300]}); its trajectory "
+                "was left out"
+            )
+            stripped = record.model_copy(
+                update={
+                    "outcome": "infra_error",
+                    "reward": None,
+                    "success": None,
+                    "reward_components": [],
+                    "error": ErrorInfo.from_exception(error),
+                    "steps": [],
+                    "messages": [],
+                    "initial_observation": None,
+                    "reset_metadata": None,
+                }
+            )
+            self.writer.write(stripped)
+            return stripped
 
     async def _episode(self, task: Task, sample: int) -> EpisodeRecord | None:
         config, plan = self.config, self.plan
@@ -658,6 +691,7 @@ async def resume_async(
     run_dir: Path | str,
     *,
     api_key: str | None = None,
+    base_url: str | None = None,
     progress: Progress | None = None,
     env_headers: dict[str, str] | None = None,
     hub_token: str | None = None,
@@ -666,6 +700,8 @@ async def resume_async(
     """Finish an interrupted run: run only the episodes it has no record of.
 
     The taskset is loaded at the commit the run recorded, and must have the same content.
+    ``run.json`` keeps no credentials: pass ``api_key`` (and ``base_url`` when the endpoint's URL
+    carried some) again.
 
     Raises:
         ResultsError: ``run_dir`` is not a run directory, or the taskset changed.
@@ -675,6 +711,8 @@ async def resume_async(
     config = manifest.config
     if api_key is not None:
         config = config.model_copy(update={"api_key": SecretStr(api_key)})
+    if base_url is not None:
+        config = config.model_copy(update={"base_url": base_url})
     ref = manifest.taskset
     source = ref.source
     if ref.kind == "hub" and ref.repo_id and ref.commit_sha:

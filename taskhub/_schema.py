@@ -28,8 +28,13 @@ from pydantic import (
     model_validator,
 )
 
+from taskhub._limits import loads_bounded
+from taskhub._urls import redact_urls_in
+
 #: Version of the episode record and run manifest formats written by this taskhub.
 SCHEMA_VERSION = 1
+#: Longest error message kept in a record (characters).
+MAX_ERROR_MESSAGE = 4000
 
 #: How an episode ended. ``scored``: it ran and has a reward. ``agent_error``: the model never
 #: produced a usable action (its fault; the episode still gets the reward it earned).
@@ -61,8 +66,8 @@ def _decode_json_object(value: Any, field: str) -> Any:
     """Accept a JSON object given as text (how Hub tables keep heterogeneous kwargs)."""
     if isinstance(value, str):
         try:
-            decoded = json.loads(value)
-        except json.JSONDecodeError as exc:
+            decoded = loads_bounded(value)
+        except ValueError as exc:
             raise ValueError(f"{field} is a string that is not JSON: {exc}") from None
         if not isinstance(decoded, dict):
             raise ValueError(f"{field} must be a JSON object, got {type(decoded).__name__}")
@@ -261,9 +266,12 @@ class ErrorInfo(BaseModel):
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
         """Build the record of ``exc``, reading taskhub's context attributes when present."""
         code = getattr(exc, "code", None)
+        message = redact_urls_in(str(exc) or repr(exc))
+        if len(message) > MAX_ERROR_MESSAGE:  # an error can quote a huge reply or frame
+            message = message[:MAX_ERROR_MESSAGE] + f"... [{len(message)} characters, cut]"
         return cls(
             type=type(exc).__name__,
-            message=str(exc) or repr(exc),
+            message=message,
             boundary=getattr(exc, "boundary", "runner"),
             code=None if code is None else str(code),
         )

@@ -16,6 +16,7 @@ from taskhub._cli._render import BarProgress, summary_table, task_table
 from taskhub._errors import TaskhubError
 from taskhub._runner import RunResult, evaluate, resume
 from taskhub._schema import EvalConfig, SamplingParams
+from taskhub._urls import redact_urls_in
 
 DEFAULT_MODEL = "local/smollm2-135m"
 DEFAULT_TASKSET = "arith"
@@ -32,8 +33,9 @@ def _parse_shard(value: str | None) -> tuple[int, int] | None:
 
 
 def _redacted_argv() -> list[str]:
+    """The command line as ``run.json`` records it: no key, no credentials in any URL."""
     argv, hide = [], False
-    for arg in sys.argv:
+    for arg in map(redact_urls_in, sys.argv):
         if hide:
             argv.append("***")
             hide = False
@@ -204,6 +206,7 @@ def eval_command(
             result = resume(
                 resume_dir,
                 api_key=api_key,
+                base_url=base_url,
                 progress=bar,
                 env_headers=headers,
                 argv=_redacted_argv(),

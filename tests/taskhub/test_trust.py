@@ -4,16 +4,36 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from taskhub import EvalConfig, RemoteCodeError, evaluate, load_taskset
+from taskhub import (
+    EpisodeRecord,
+    EvalConfig,
+    RemoteCodeError,
+    SchemaError,
+    TasksetError,
+    evaluate,
+    load_taskset,
+    read_results,
+)
 from taskhub._cli import app
 from taskhub.training import TrainingEnv
+from tests.servers import (
+    FakeEnv,
+    ModelScript,
+    ModelServer,
+    Reply,
+    Session,
+    counting_reset,
+    observation,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 cli = CliRunner()
@@ -125,3 +145,213 @@ def test_the_current_directory_is_never_on_the_path(tmp_path: Path) -> None:
     assert "cannot import module 'evilmod'" in trusted.stderr
     assert "the current directory is not on the Python path" in trusted.stderr
     assert not (folder / "EVILMOD_RAN").exists()
+
+
+# --- data files stay inside their taskset ---------------------------------------------------
+
+
+def _card(folder: Path, path: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: test\n"
+        f"    path: {json.dumps(path)}\ntaskhub:\n  env: arith\n---\n"
+    )
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("../outside/secret.jsonl", "leaves the taskset folder"),
+        ("data/../../outside/secret.jsonl", "leaves the taskset folder"),
+        ("{outside}/secret.jsonl", "absolute paths are refused"),
+        ("~/secret.jsonl", "absolute paths are refused"),
+        ("data/link.jsonl", "leads outside the taskset folder"),
+    ],
+    ids=["dotdot", "nested-dotdot", "absolute", "home", "symlink"],
+)
+def test_data_files_that_leave_the_taskset_are_refused(
+    tmp_path: Path, path: str, message: str
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.jsonl").write_text('{"task_id": "stolen", "reset": {"seed": 1}}\n')
+    folder = _card(tmp_path / "sets" / "evil", path.format(outside=outside))
+    (folder / "data").mkdir()
+    (folder / "data" / "link.jsonl").symlink_to(outside / "secret.jsonl")
+    with pytest.raises(SchemaError, match=re.escape(message)) as caught:
+        load_taskset(str(folder))
+    assert "split 'test'" in str(caught.value) or "link.jsonl" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"task_id": "a"}\n{"task_id": "\xff\xfe"}\n', "test.jsonl line 2: not UTF-8 text"),
+        (
+            b'{"task_id": "a", "reset": ' + b'{"x": ' * 10_000 + b"1" + b"}" * 10_001 + b"\n",
+            "test.jsonl line 1: not valid JSON: nested deeper than 100 levels",
+        ),
+        (
+            b'{"task_id": "a", "reset": ' + b'{"x": ' * 300 + b"1" + b"}" * 301 + b"\n",
+            "test.jsonl line 1: not valid JSON: nested deeper than 100 levels",
+        ),
+    ],
+    ids=["non-utf8", "10000-deep", "300-deep"],
+)
+def test_bad_data_files_are_named_not_tracebacks(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    folder = _card(tmp_path / "bad", "data/test.jsonl")
+    (folder / "data").mkdir()
+    (folder / "data" / "test.jsonl").write_bytes(content)
+    with pytest.raises(TasksetError, match=re.escape(message)):
+        load_taskset(str(folder))
+
+
+# --- bounded frames and replies; malformed endpoint replies are infra errors -----------------
+
+
+def _deep(depth: int) -> dict[str, object]:
+    value: dict[str, object] = {"leaf": 1}
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+def _hostile_reset(session: Session, data: dict[str, object]) -> Reply:
+    reply = counting_reset(session, data)
+    if data.get("seed") == 1:  # one task's env frame is nested 300 deep (about 600 bytes)
+        return observation({"question": _deep(300)})
+    return reply
+
+
+@pytest.fixture(scope="module")
+def hostile_env() -> Iterator[FakeEnv]:
+    with FakeEnv(on_reset=_hostile_reset) as env:
+        yield env
+
+
+def _say_tasks(folder: Path, n: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tasks.jsonl"
+    rows = [{"task_id": f"t{i}", "reset": {"seed": i}, "answer": str(i)} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_frame_nested_300_deep_is_that_episodes_error(
+    tmp_path: Path, hostile_env: FakeEnv
+) -> None:
+    tasks = _say_tasks(tmp_path, 3)
+    config = EvalConfig(model="scripted/oracle", env=hostile_env.url, taskset=str(tasks))
+    result = evaluate(config, run_dir=tmp_path / "run")
+    assert result.manifest.status == "completed"
+    records = {r.task_id: r for r in read_results(result.run_dir)}
+    assert [records[t].outcome for t in ("t0", "t1", "t2")] == ["scored", "infra_error", "scored"]
+    error = records["t1"].error
+    assert error is not None and "nested deeper than 100 levels" in error.message
+
+
+def _model_run(
+    tmp_path: Path, env: FakeEnv, script: ModelScript, *, n: int = 1
+) -> list[EpisodeRecord]:
+    with ModelServer({"m": script}) as server:
+        config = EvalConfig(
+            model="openai/m",
+            base_url=server.base_url,
+            env=env.url,
+            taskset=str(_say_tasks(tmp_path, n)),
+            model_timeout_s=3,
+            max_retries=0,
+        )
+        return read_results(evaluate(config, run_dir=tmp_path / "run").run_dir)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ('{"choices": ["42"]}', "not a choice with a message object"),
+        ('{"choices": [{"message": "42"}]}', "not a choice with a message object"),
+        (
+            '{"choices": [{"message": {"content": "0"}}], "usage": {"prompt_tokens": "lots"}}',
+            "usage.prompt_tokens = 'lots': not a token count",
+        ),
+        ('{"choices": [{"message": {"content": "0"}}], "usage": [1]}', "usage.prompt_tokens"),
+        ('{"choices": [{"message": {"content": ' + "[" * 300 + "1" + "]" * 300 + "}}]}", "deeper"),
+    ],
+    ids=["choice-string", "message-string", "usage-text", "usage-list", "deep"],
+)
+def test_malformed_endpoint_replies_are_infra_errors(
+    tmp_path: Path, hostile_env: FakeEnv, raw: str, message: str
+) -> None:
+    (record,) = _model_run(tmp_path, hostile_env, ModelScript(raw=raw))
+    assert record.outcome == "infra_error"
+    assert record.error is not None and message in record.error.message
+
+
+def test_retry_after_soon_is_retried_with_backoff(tmp_path: Path, hostile_env: FakeEnv) -> None:
+    script = ModelScript(reply="0", failures=[(503, "busy", {"Retry-After": "soon"})])
+    (record,) = _model_run(tmp_path, hostile_env, script)
+    assert record.outcome == "scored" and record.reward == 1.0
+
+
+def test_an_oversize_reply_is_cut_marked_and_never_sent(
+    tmp_path: Path, hostile_env: FakeEnv
+) -> None:
+    before = len(hostile_env.frames)
+    (record,) = _model_run(tmp_path, hostile_env, ModelScript(reply="9" * 3_000_000))
+    assert record.outcome == "agent_error"
+    assert record.error is not None and "reply size limit" in record.error.message
+    reply = record.messages[-1].content
+    assert reply.endswith(f"[reply cut by taskhub at {1 << 20} of 3000000 characters]")
+    assert record.steps == []  # never sent to the env
+    assert all(frame["type"] != "step" for frame in hostile_env.frames[before:])
+    size = (tmp_path / "run" / "episodes.jsonl").stat().st_size
+    assert size < 1.2 * (1 << 20)  # stored once, cut
+
+
+# --- credentials are never stored -------------------------------------------------------------
+
+PLANTED = (
+    "PLANTEDPASS123",
+    "PLANTEDQUERYKEY456",
+    "sk-PLANTEDAPIKEY7890abcdefghij",
+    "PLANTEDENV789",
+)
+
+
+def test_credentials_in_every_input_are_never_written(tmp_path: Path, hostile_env: FakeEnv) -> None:
+    password, query_key, api_key, env_secret = PLANTED
+    with ModelServer({"m": ModelScript(reply="0")}) as server:
+        host = server.base_url.removeprefix("http://")
+        base_url = f"http://user:{password}@{host}?api_key={query_key}&api-version=1"
+        env_host = hostile_env.url.removeprefix("http://")
+        env_url = f"http://envuser:{env_secret}@{env_host}/?token={env_secret}"
+        result = subprocess.run(
+            [sys.executable, "-m", "taskhub", "--log-level", "INFO", "eval", "openai/m", env_url,
+             str(_say_tasks(tmp_path / "tasks", 2)), "--base-url", base_url,
+             "--api-key", api_key, "--run-dir", str(tmp_path / "run"), "--max-retries", "0"],
+            env={**os.environ, "OPENAI_API_KEY": api_key},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert server.requests[0]["headers"]["authorization"].startswith("Basic")  # creds used
+    for secret in PLANTED:
+        assert secret not in result.stdout + result.stderr
+    built = cli.invoke(
+        app, ["leaderboard", "build", str(tmp_path / "run"), "-o", str(tmp_path / "site")]
+    )
+    assert built.exit_code == 0, built.output
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["model"]["details"]["endpoint"].startswith("http://127.0.0.1:")
+    assert "api_key=[REDACTED]" in manifest["model"]["base_url"]
+    files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    files += [p for p in (tmp_path / "site").rglob("*") if p.is_file()]
+    assert len(files) > 10
+    for path in files:
+        text = path.read_bytes().decode("utf-8", "replace")
+        for secret in PLANTED:
+            assert secret not in text, f"{secret} leaked into {path}"
