@@ -41,6 +41,7 @@ from taskhub._errors import (
     ResultsError,
     TaskhubError,
 )
+from taskhub._lock import RunLock
 from taskhub._results import (
     EPISODES,
     ResultsWriter,
@@ -75,6 +76,8 @@ logger = logging.getLogger(__name__)
 
 #: Step limit when neither the run, the row nor the card sets one.
 DEFAULT_MAX_STEPS = 100
+#: What ``--retry`` accepts, and the outcome of the episodes it runs again.
+RETRY_OUTCOMES = {"infra": "infra_error"}
 #: Longest wait for a free session on a server at capacity before the episode is an infra error.
 CAPACITY_WAIT_S = 600.0
 _LIBRARIES = ("httpx", "websockets", "pydantic", "jinja2", "huggingface-hub", "openenv")
@@ -675,16 +678,21 @@ async def evaluate_async(
             f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
         )
     plan = _plan(config, taskset, target, run_id)
-    async with _make_http() as http:
-        runner = _Runner(
-            plan,
-            progress=progress,
-            http=http,
-            env_headers=env_headers,
-            argv=argv,
-            parent_manifest=None,
-        )
-        return await runner.run()
+    with RunLock(target):
+        if (target / "run.json").exists():  # another writer started it meanwhile
+            raise ResultsError(
+                f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
+            )
+        async with _make_http() as http:
+            runner = _Runner(
+                plan,
+                progress=progress,
+                http=http,
+                env_headers=env_headers,
+                argv=argv,
+                parent_manifest=None,
+            )
+            return await runner.run()
 
 
 async def resume_async(
@@ -692,6 +700,7 @@ async def resume_async(
     *,
     api_key: str | None = None,
     base_url: str | None = None,
+    retry: Sequence[str] = (),
     progress: Progress | None = None,
     env_headers: dict[str, str] | None = None,
     hub_token: str | None = None,
@@ -701,12 +710,20 @@ async def resume_async(
 
     The taskset is loaded at the commit the run recorded, and must have the same content.
     ``run.json`` keeps no credentials: pass ``api_key`` (and ``base_url`` when the endpoint's URL
-    carried some) again.
+    carried some) again. ``retry=["infra"]`` also runs again the episodes that ended as
+    ``infra_error``: their earlier records stay in ``episodes.jsonl`` as history, and readers
+    count only the newest record of each (task, sample).
 
     Raises:
-        ResultsError: ``run_dir`` is not a run directory, or the taskset changed.
+        ResultsError: ``run_dir`` is not a run directory, the taskset changed, or another
+            process is writing the run.
     """
     run_dir = Path(run_dir)
+    unknown = sorted(set(retry) - set(RETRY_OUTCOMES))
+    if unknown:
+        raise ConfigError(
+            f"--retry {unknown[0]!r}: only {', '.join(RETRY_OUTCOMES)} episodes can be run again"
+        )
     manifest = read_manifest(run_dir)
     config = manifest.config
     if api_key is not None:
@@ -726,19 +743,31 @@ async def resume_async(
         )
     taskset = Taskset(ref, taskset.card, taskset.splits)
     plan = _plan(config, taskset, run_dir, manifest.run_id)
-    repair_results(run_dir / EPISODES)
-    plan.previous = read_results(run_dir)
-    plan.done = {r.key() for r in plan.previous}
-    async with _make_http() as http:
-        runner = _Runner(
-            plan,
-            progress=progress,
-            http=http,
-            env_headers=env_headers,
-            argv=argv or manifest.argv,
-            parent_manifest=manifest,
-        )
-        return await runner.run()
+    retry_outcomes = {RETRY_OUTCOMES[name] for name in retry}
+    with RunLock(run_dir):  # read what is done only once no other writer can add to it
+        manifest = read_manifest(run_dir)
+        repair_results(run_dir / EPISODES)
+        previous = read_results(run_dir)
+        plan.previous = [r for r in previous if r.outcome not in retry_outcomes]
+        plan.done = {r.key() for r in plan.previous}
+        if len(plan.previous) < len(previous):
+            logger.info(
+                "resume %s: running %d episode(s) again (%s); their earlier records stay as "
+                "history and are not counted",
+                run_dir,
+                len(previous) - len(plan.previous),
+                ", ".join(sorted(retry)),
+            )
+        async with _make_http() as http:
+            runner = _Runner(
+                plan,
+                progress=progress,
+                http=http,
+                env_headers=env_headers,
+                argv=argv or manifest.argv,
+                parent_manifest=manifest,
+            )
+            return await runner.run()
 
 
 def evaluate(config: EvalConfig, **kwargs: Any) -> RunResult:

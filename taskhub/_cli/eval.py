@@ -169,6 +169,14 @@ def eval_command(
             "taskset show TASKSET.",
         ),
     ] = False,
+    retry: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--retry",
+            help="With --resume: also run again the episodes that ended so ('infra': "
+            "infra_error); their earlier records stay as history, never counted.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     progress: Annotated[
         bool | None,
@@ -207,11 +215,14 @@ def eval_command(
                 resume_dir,
                 api_key=api_key,
                 base_url=base_url,
+                retry=retry or (),
                 progress=bar,
                 env_headers=headers,
                 argv=_redacted_argv(),
             )
         else:
+            if retry:
+                raise typer.BadParameter("--retry needs --resume RUN_DIR", param_hint="--retry")
             try:
                 config = EvalConfig(
                     model=model,

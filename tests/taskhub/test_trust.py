@@ -17,15 +17,20 @@ from taskhub import (
     EpisodeRecord,
     EvalConfig,
     RemoteCodeError,
+    ResultsError,
     SchemaError,
     TasksetError,
     evaluate,
     load_taskset,
     read_results,
+    read_results_table,
+    read_run,
+    resume,
 )
 from taskhub._cli import app
 from taskhub.training import TrainingEnv
 from tests.servers import (
+    CLOSE,
     FakeEnv,
     ModelScript,
     ModelServer,
@@ -355,3 +360,54 @@ def test_credentials_in_every_input_are_never_written(tmp_path: Path, hostile_en
         text = path.read_bytes().decode("utf-8", "replace")
         for secret in PLANTED:
             assert secret not in text, f"{secret} leaked into {path}"
+
+
+# --- one writer per run; one record per episode; --retry infra -------------------------------
+
+_FLAKY: dict[str, int] = {}
+
+
+def _flaky_reset(session: Session, data: dict[str, object]) -> Reply:
+    if data.get("seed") == 1 and _FLAKY.setdefault("closed", 0) == 0:
+        _FLAKY["closed"] = 1
+        return CLOSE  # the first attempt at t1 loses its session: an infra error
+    return counting_reset(session, data)
+
+
+def test_one_writer_a_stale_lock_taken_over_and_retried_infra_errors(tmp_path: Path) -> None:
+    with FakeEnv(on_reset=_flaky_reset) as env:
+        tasks = _say_tasks(tmp_path, 3)
+        config = EvalConfig(model="scripted/oracle", env=env.url, taskset=str(tasks), max_retries=0)
+        run_dir = evaluate(config, run_dir=tmp_path / "run").run_dir
+        assert [r.outcome for r in read_results(run_dir)].count("infra_error") == 1
+        holder = subprocess.Popen(
+            [sys.executable, "-c", "import sys, time; from taskhub._lock import RunLock; "
+             "RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(120)",
+             str(run_dir)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+            with pytest.raises(ResultsError, match=rf"pid {holder.pid} on host .+, since 20"):
+                resume(run_dir, retry=["infra"])
+        finally:
+            holder.kill()
+            holder.wait()
+            if holder.stdout is not None:
+                holder.stdout.close()
+        # the holder died: its lock with it; the next writer takes over
+        result = resume(run_dir, retry=["infra"])
+    assert result.summary.n_episodes == 3 and result.summary.outcomes["scored"] == 3
+    lines = (run_dir / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == 4  # the infra-error attempt stays as history
+    run = read_run(run_dir)
+    assert (len(run.records), run.retried, run.duplicates) == (3, 1, 0)
+    # a second writer's copy of an episode: dropped by every reader, said so
+    with (run_dir / "episodes.jsonl").open("a") as f:
+        f.write(next(line for line in lines if '"outcome":"scored"' in line) + "\n")
+    run = read_run(run_dir)
+    assert (len(run.records), run.duplicates) == (3, 1)
+    assert read_results_table(run_dir).num_rows == 3
+    shown = cli.invoke(app, ["results", "show", str(run_dir)])
+    assert "dropped 1 duplicate record(s)" in shown.output
