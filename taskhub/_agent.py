@@ -235,7 +235,7 @@ async def run_episode(
         "action_schema_json": json.dumps(public_schema, indent=2) if public_schema else "{}",
         "text_field": text_field(action_schema),
     }
-    system = templates.render("system", **variables)
+    system = await templates.render_async("system", **variables)
     if system:
         trace.messages.append(ChatMessage(role="system", content=system))
     observation, reward = result.observation, None
@@ -249,11 +249,8 @@ async def run_episode(
             "reward": reward,
             "step": index,
         }
-        trace.messages.append(
-            ChatMessage.model_construct(
-                role="user", content=templates.render("first" if index == 0 else "step", **turn)
-            )
-        )
+        content = await templates.render_async("first" if index == 0 else "step", **turn)
+        trace.messages.append(ChatMessage.model_construct(role="user", content=content))
         context = TurnContext(task, observation, action_schema, index, episode_seed)
         action, reply, format_errors, model_s = await _next_action(
             model, trace, sampling, context, action_schema, format_retries

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,11 +15,13 @@ import pytest
 from typer.testing import CliRunner
 
 from taskhub import (
+    ConfigError,
     EpisodeRecord,
     EvalConfig,
     RemoteCodeError,
     ResultsError,
     SchemaError,
+    TasksetCard,
     TasksetError,
     evaluate,
     load_taskset,
@@ -28,6 +31,7 @@ from taskhub import (
     resume,
 )
 from taskhub._cli import app
+from taskhub._templates import Templates
 from taskhub.training import TrainingEnv
 from tests.servers import (
     CLOSE,
@@ -411,3 +415,50 @@ def test_one_writer_a_stale_lock_taken_over_and_retried_infra_errors(tmp_path: P
     assert read_results_table(run_dir).num_rows == 3
     shown = cli.invoke(app, ["results", "show", str(run_dir)])
     assert "dropped 1 duplicate record(s)" in shown.output
+
+
+# --- templates are bounded --------------------------------------------------------------------
+
+TEMPLATE_ATTACKS = {
+    "format-width": ("{{ '%2000000000s' % 'x' }}", "the format '%2000000000' is over"),
+    "repeat": ("{{ 'x' * 2000000000 }}", "'*' would build 2000000000 items"),
+    "center": ("{{ 'x'|center(2000000000) }}", "asks for more than the output limit"),
+    "ljust": ("{{ 'x'.ljust(2000000000) }}", "asks for more than the output limit"),
+    "str-format": ("{{ '{:2000000000}'.format('x') }}", "the format '{:2000000000}' is over"),
+    "doubling": (
+        "{% set ns = namespace(s='xxxxxxxxxx') %}"
+        "{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+        "'~' would build a text over the output limit",
+    ),
+    "flood": (
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        "the output is over the 1048576-character limit",
+    ),
+    "recursion": ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recursion"),
+}
+
+
+@pytest.mark.parametrize("name", list(TEMPLATE_ATTACKS))
+def test_a_hostile_template_is_an_error_not_a_crash(name: str) -> None:
+    source, message = TEMPLATE_ATTACKS[name]
+    started = time.monotonic()
+    templates = Templates.from_card(TasksetCard(prompt_template=source))  # compiles, no folding
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        templates.render("first")
+    assert time.monotonic() - started < 30
+
+
+def test_a_template_that_never_ends_is_that_episodes_error(
+    tmp_path: Path, hostile_env: FakeEnv
+) -> None:
+    nested = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    folder = _taskset(tmp_path / "slow", row_rewards=None, card=f"  prompt_template: {nested!r}\n")
+    config = EvalConfig(
+        model="scripted/oracle", env=hostile_env.url, taskset=str(folder), episode_timeout_s=2
+    )
+    started = time.monotonic()
+    result = evaluate(config, run_dir=tmp_path / "run")
+    assert time.monotonic() - started < 60
+    records = read_results(result.run_dir)
+    assert [r.outcome for r in records] == ["infra_error", "infra_error"]
+    assert all("deadline" in (r.error.message if r.error else "") for r in records)
