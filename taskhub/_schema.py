@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -33,6 +34,8 @@ from taskhub._urls import redact_urls_in
 
 #: Version of the episode record and run manifest formats written by this taskhub.
 SCHEMA_VERSION = 1
+#: What a run id may be: it names a folder (``runs/<run_id>/``), locally and on the Hub.
+_RUN_ID = re.compile(r"^[\w.-]{1,200}$")
 #: Longest error message kept in a record (characters).
 MAX_ERROR_MESSAGE = 4000
 
@@ -603,6 +606,16 @@ class RunManifest(BaseModel):
     """Run this one was derived from (``taskhub rescore``)."""
     success_threshold: float | None = None
     """The success threshold the run applied (the flag's, else the taskset card's)."""
+
+    @field_validator("run_id")
+    @classmethod
+    def _usable_run_id(cls, value: str) -> str:
+        if not _RUN_ID.match(value) or value in (".", ".."):
+            raise ValueError(
+                f"run id {value!r} cannot name a folder: use letters, digits, '.', '_' or '-', "
+                "and not '.' or '..'"
+            )
+        return value
 
 
 #: Result of one validation check (RFC 008 vocabulary).

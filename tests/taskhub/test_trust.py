@@ -462,3 +462,50 @@ def test_a_template_that_never_ends_is_that_episodes_error(
     records = read_results(result.run_dir)
     assert [r.outcome for r in records] == ["infra_error", "infra_error"]
     assert all("deadline" in (r.error.message if r.error else "") for r in records)
+
+
+# --- names are validated ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run_id", [".", "..", "", "a/b", "../up"])
+def test_a_run_id_that_cannot_name_a_folder_is_refused(tmp_path: Path, run_id: str) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    template = {
+        "run_id": run_id,
+        "taskhub_version": "0",
+        "status": "completed",
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
+        "config": {"model": "scripted/oracle", "taskset": "arith"},
+        "taskset": {"source": "arith", "kind": "builtin", "name": "arith", "fingerprint": "f"},
+        "split": "test",
+        "model": {"spec": "scripted/oracle", "provider": "scripted", "name": "oracle"},
+    }
+    (folder / "run.json").write_text(json.dumps(template))
+    with pytest.raises(ResultsError, match="field 'run_id'.*cannot name a folder"):
+        read_run(folder)
+    shown = cli.invoke(app, ["results", "push", str(folder), "org/results", "--token", "hf_x"])
+    assert shown.exit_code == 1 and "cannot name a folder" in shown.output
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        ([".", "b"], "has no letter or digit"),
+        (["..", "b"], "has no letter or digit"),
+        (["summary", "b"], "would overwrite the batch's own summary.json"),
+        (["a b", "a-b"], "has the same report file as 'a b'"),
+    ],
+    ids=["dot", "dotdot", "summary", "collision"],
+)
+def test_batch_names_that_cannot_name_a_report_are_refused(
+    tmp_path: Path, names: list[str], message: str
+) -> None:
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(json.dumps({"name": n, "target": "arith"}) + "\n" for n in names))
+    out = tmp_path / "out"
+    result = cli.invoke(app, ["validate", "--batch", str(batch), "--out", str(out)])
+    assert result.exit_code != 0
+    assert message in result.output
+    assert not out.exists()  # refused before anything is written
