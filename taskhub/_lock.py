@@ -75,6 +75,15 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
+    def remove_if_alone(self) -> None:
+        """Remove the lock file, and the run directory if nothing else is in it."""
+        self.release()
+        try:
+            self.path.unlink(missing_ok=True)
+            self.run_dir.rmdir()
+        except OSError:  # not empty, or gone: leave it
+            pass
+
     def __enter__(self) -> RunLock:
         return self.acquire()
 

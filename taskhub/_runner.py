@@ -678,6 +678,22 @@ async def evaluate_async(
             f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
         )
     plan = _plan(config, taskset, target, run_id)
+    fresh = not target.exists()
+    try:
+        return await _evaluate_locked(plan, target, progress, env_headers, argv)
+    except BaseException:
+        if fresh and not (target / "run.json").exists():  # bad configuration: leave nothing
+            RunLock(target).remove_if_alone()
+        raise
+
+
+async def _evaluate_locked(
+    plan: _Plan,
+    target: Path,
+    progress: Progress | None,
+    env_headers: dict[str, str] | None,
+    argv: list[str] | None,
+) -> RunResult:
     with RunLock(target):
         if (target / "run.json").exists():  # another writer started it meanwhile
             raise ResultsError(
