@@ -53,8 +53,8 @@ _HIDDEN_FIELDS = {"done", "reward", "metadata"}
 MAX_RENDER_CHARS = 1 << 20
 #: Longest template source a card may hold (characters).
 MAX_TEMPLATE_CHARS = 64 * 1024
-#: Deadline of one render, seconds.
-RENDER_TIMEOUT_S = 5.0
+#: Deadline of one render, seconds (generous: a card's template renders in milliseconds).
+RENDER_TIMEOUT_S = 10.0
 #: Largest exponent of ``**`` in a template.
 _MAX_EXPONENT = 256
 _WIDTH = re.compile(r"%[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?|\{[^{}]*:[^{}]*?(\d+)[^{}]*\}")
@@ -299,11 +299,13 @@ class Templates:
             return self.render(which, **variables)
         loop = asyncio.get_running_loop()
         started = threading.Event()
+        running = asyncio.Event()
         thread_id: list[int] = []
 
         def run() -> str:
             thread_id.append(threading.get_ident())
             started.set()
+            loop.call_soon_threadsafe(running.set)
             return self.render(which, **variables)
 
         def interrupt() -> None:
@@ -315,6 +317,13 @@ class Templates:
 
         future = loop.run_in_executor(_executor, run)
         try:
+            # the deadline counts from the start of the render, not from its wait for a thread
+            waiter = asyncio.ensure_future(running.wait())
+            try:
+                either: set[asyncio.Future[Any]] = {future, waiter}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
             async with asyncio.timeout(RENDER_TIMEOUT_S + 1.0):
                 return await asyncio.shield(future)
         except TimeoutError:

@@ -431,7 +431,7 @@ TEMPLATE_ATTACKS = {
         "'~' would build a text over the output limit",
     ),
     "flood": (
-        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
         "the output is over the 1048576-character limit",
     ),
     "recursion": ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recursion"),
