@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 REDACTED = "[REDACTED]"
 #: Shortest secret value accepted for exact-value redaction (shorter ones match too much text).
 MIN_SECRET_LENGTH = 8
+#: Shortest text given to the detectors (nothing shorter holds a secret they recognize).
+MIN_DETECTED_LENGTH = 8
 #: Unbroken runs of base64/hex characters at least this long are opaque blobs to inspect.
 OPAQUE_BLOB_LENGTH = 200
 _SECRET_KEY = re.compile(
@@ -146,6 +148,8 @@ class Redactor:
                 )
             self._add_needle(name, value)
         self._detectors = _detectors()
+        #: What the detectors found in each text seen (prompts repeat across episodes).
+        self._cache: dict[str, list[str]] = {}
         self.report = RedactionReport()
 
     def _add_needle(self, name: str, value: str) -> None:
@@ -172,9 +176,7 @@ class Redactor:
         Values under secret-named keys and what the detectors find are learnt.
         """
         if isinstance(value, str):
-            probe = Redactor.__new__(Redactor)
-            probe._needles, probe._detectors, probe.report = [], self._detectors, RedactionReport()
-            for found in probe._detect(value):
+            for found in self._detect(value):
                 # (the private-key detector reports the BEGIN line, which the shape covers)
                 if (
                     len(found) >= MIN_SECRET_LENGTH
@@ -195,14 +197,7 @@ class Redactor:
 
     def _detect(self, text: str) -> list[str]:
         """The secret values the detectors find in ``text`` (as written and decoded)."""
-        found = []
-        for view in _views(text):
-            for detector in self._detectors:
-                try:
-                    found += [v for v in detector.analyze_string(view.text) if v]
-                except Exception:  # noqa: BLE001  (a detector bug must not leak: keep going)
-                    logger.debug("detector %s failed", type(detector).__name__)
-        return found
+        return [value for view in _views(text) for value in self._detect_plain(view.text)]
 
     def _text(self, text: str, where: str, depth: int = 0) -> str:
         out = self._replace(text, where)
@@ -243,12 +238,21 @@ class Redactor:
         return out
 
     def _detect_plain(self, text: str) -> list[str]:
+        if len(text) < MIN_DETECTED_LENGTH:
+            return []
+        cache = self._cache
+        cached = cache.get(text)
+        if cached is not None:
+            return cached
         found = []
         for detector in self._detectors:
             try:
                 found += [v for v in detector.analyze_string(text) if v]
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001  (a detector bug must not leak: keep going)
                 logger.debug("detector %s failed", type(detector).__name__)
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[text] = found
         return found
 
     def _spans(self, text: str) -> list[tuple[int, int]]:
@@ -288,7 +292,7 @@ class Redactor:
                 continue
             probe = Redactor.__new__(Redactor)
             probe._needles, probe._detectors = self._needles, self._detectors
-            probe.report = RedactionReport()
+            probe._cache, probe.report = self._cache, RedactionReport()
             probe._text(decoded, where, depth=1)
             if not probe.report.total:
                 continue
@@ -346,7 +350,8 @@ class Redactor:
                 for kind, pattern, _ in _PATTERNS
                 if any(not m.group(0).endswith(REDACTED) for m in pattern.finditer(view.text))
             ]
-            found += ["detect_secrets" for v in self._detect_plain(view.text) if v != REDACTED]
+        # (the detectors already read every string one by one; over a whole serialized record
+        # they cost more than all the rest of redaction)
         return found
 
 
