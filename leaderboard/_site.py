@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from taskhub import OUTCOMES, ConfigError, __version__
+from taskhub import OUTCOMES, ConfigError, __version__, redact_url
 
 from ._board import (
     VERDICT_ORDER,
@@ -553,7 +553,7 @@ def _run_row(run: RunEntry) -> dict[str, Any]:
         "status": m.status,
         "model": m.model.spec,
         "provider": m.model.provider,
-        "base_url": m.model.base_url,
+        "base_url": redact_url(m.model.base_url) if m.model.base_url else None,
         "sampling": m.model.sampling.model_dump(mode="json"),
         "taskset": m.taskset.name,
         "split": m.split,

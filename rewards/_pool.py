@@ -225,6 +225,7 @@ class RewardPool:
             process = subprocess.Popen(  # stdout: a worker prints nothing the owner wants
                 [
                     sys.executable,
+                    "-P",  # `-m` would put the current directory first on the worker's path
                     "-m",
                     _WORKER_MODULE,
                     str(theirs.fileno()),

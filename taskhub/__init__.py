@@ -24,6 +24,7 @@ from taskhub._errors import (
     ModelAuthError,
     ModelError,
     PluginError,
+    RemoteCodeError,
     ResultsError,
     RewardError,
     SchemaError,
@@ -95,6 +96,7 @@ from taskhub._schema import (
 )
 from taskhub._stats import mean_ci, pass_at_k, success_interval, wilson_interval
 from taskhub._taskset import Taskset, builtin_tasksets, load_taskset, read_card
+from taskhub._urls import redact_url
 from taskhub._version import __version__
 from taskhub.hub import (
     ProfileResult,
@@ -145,6 +147,7 @@ __all__ = [
     "PushResult",
     "RedactionReport",
     "Redactor",
+    "RemoteCodeError",
     "ResultsError",
     "RewardComponent",
     "RewardError",
@@ -201,6 +204,7 @@ __all__ = [
     "read_run",
     "record_episode",
     "redact_run",
+    "redact_url",
     "registry",
     "rescore",
     "rescore_async",

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from taskhub._errors import ConfigError, ResultsError
+from taskhub._lock import RunLock
 from taskhub._results import (
     EPISODES,
     ResultsWriter,
@@ -263,6 +264,10 @@ async def rescore_async(
             }
         )
 
+    lock = RunLock(target).acquire()  # one writer per run directory
+    if (target / "run.json").exists():
+        lock.release()
+        raise ResultsError(f"{target} already holds a run; choose another --run-dir")
     write_manifest(target, manifest("running"))
     if progress:
         progress.start(len(records), 0)
@@ -286,9 +291,12 @@ async def rescore_async(
         status = "interrupted"
         raise
     finally:
-        if progress:
-            progress.complete()
-        write_manifest(target, manifest(status))
+        try:
+            if progress:
+                progress.complete()
+            write_manifest(target, manifest(status))
+        finally:
+            lock.release()
     final = read_manifest(target)
     return RunResult(target, final, summarize(rescored, n_planned=len(records)))
 

@@ -8,6 +8,7 @@ last line; ``--resume`` truncates it before appending.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections import defaultdict
@@ -25,16 +26,21 @@ from taskhub._stats import mean_ci, pass_at_k, success_interval
 if TYPE_CHECKING:
     import pyarrow
 
+logger = logging.getLogger(__name__)
+
 MANIFEST = "run.json"
 EPISODES = "episodes.jsonl"
 
 
 def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
     """Write ``run.json`` atomically (a reader never sees half a manifest)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / f".{MANIFEST}.tmp"
-    tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, run_dir / MANIFEST)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, run_dir / MANIFEST)
+    except OSError as exc:
+        raise ResultsError(f"cannot write {run_dir / MANIFEST}: {exc.strerror or exc}") from None
 
 
 def read_manifest(run_dir: Path) -> RunManifest:
@@ -63,9 +69,22 @@ class ResultsWriter:
         self._file: IO[str] = path.open("a", encoding="utf-8")
 
     def write(self, record: EpisodeRecord) -> None:
-        """Append one record and flush it to the OS."""
-        self._file.write(record.model_dump_json() + "\n")
-        self._file.flush()
+        """Append one record and flush it to the OS.
+
+        Raises:
+            ValueError: The record cannot be serialized (nothing was written).
+            ResultsError: The file cannot be written (disk full...).
+        """
+        line = record.model_dump_json() + "\n"
+        try:
+            self._file.write(line)
+            self._file.flush()
+        except OSError as exc:
+            raise ResultsError(
+                f"cannot write {self.path}: {exc.strerror or exc}; the episodes written so far "
+                "are kept: free the space, then finish with `taskhub eval --resume "
+                f"{self.path.parent}`"
+            ) from None
 
     def close(self) -> None:
         """Close the file."""
@@ -117,9 +136,67 @@ def iter_results(path: Path) -> Iterator[EpisodeRecord]:
                 ) from None
 
 
+@dataclass(frozen=True)
+class Deduplicated:
+    """Records with one per (task, sample), and what was dropped to get there."""
+
+    records: list[EpisodeRecord]
+    """The record kept for each (task, sample), in file order."""
+    duplicates: int = 0
+    """Extra records of an episode that already had a usable one (two writers at once)."""
+    retried: int = 0
+    """``infra_error`` records that a later attempt of the same episode replaced (history)."""
+
+
+def deduplicate(records: Iterable[EpisodeRecord]) -> Deduplicated:
+    """Keep one record per (task, sample): the newest usable one, else the newest.
+
+    An ``infra_error`` followed by another attempt (``--resume --retry infra``) is history and
+    counts as ``retried``; two usable records of one episode (two writers of one run) count as
+    ``duplicates``. Neither is ever counted twice.
+    """
+    kept: dict[tuple[str, int], EpisodeRecord] = {}
+    order: dict[tuple[str, int], int] = {}
+    duplicates = retried = 0
+    for index, record in enumerate(records):
+        key = record.key()
+        old = kept.get(key)
+        if old is None:
+            kept[key], order[key] = record, index
+            continue
+        if old.outcome == "infra_error":
+            retried += 1
+            kept[key], order[key] = record, index
+        elif record.outcome == "infra_error":
+            retried += 1
+        else:
+            duplicates += 1
+            kept[key], order[key] = record, index
+    ordered = sorted(kept, key=order.__getitem__)
+    return Deduplicated([kept[key] for key in ordered], duplicates, retried)
+
+
 def read_results(path: Path) -> list[EpisodeRecord]:
-    """Return every record of a results file or run directory (see ``iter_results``)."""
-    return list(iter_results(path))
+    """Return the records of a results file or run directory, one per (task, sample).
+
+    ``iter_results`` yields every line as written (history included); this keeps the record
+    ``deduplicate`` keeps, and logs a warning when it dropped duplicates.
+    """
+    result = deduplicate(iter_results(path))
+    _report_dropped(Path(path), result.duplicates, result.retried)
+    return result.records
+
+
+def _report_dropped(path: Path, duplicates: int, retried: int) -> None:
+    if duplicates:
+        logger.warning(
+            "%s: dropped %d duplicate record(s) of episodes recorded twice (two writers at "
+            "once?); each episode counts once",
+            path,
+            duplicates,
+        )
+    if retried:
+        logger.info("%s: %d infra-error attempt(s) replaced by a retry", path, retried)
 
 
 def repair_results(path: Path) -> int:
@@ -142,6 +219,10 @@ class Run:
     path: Path
     manifest: RunManifest
     records: list[EpisodeRecord]
+    #: Records dropped because their episode was recorded twice (see ``deduplicate``).
+    duplicates: int = 0
+    #: Infra-error attempts replaced by a retry (kept in the file as history).
+    retried: int = 0
 
 
 def read_run(run_dir: Path) -> Run:
@@ -151,7 +232,10 @@ def read_run(run_dir: Path) -> Run:
         ResultsError: The folder is not a valid run directory.
     """
     run_dir = Path(run_dir)
-    return Run(run_dir, read_manifest(run_dir), read_results(run_dir))
+    manifest = read_manifest(run_dir)
+    result = deduplicate(iter_results(run_dir))
+    _report_dropped(run_dir, result.duplicates, result.retried)
+    return Run(run_dir, manifest, result.records, result.duplicates, result.retried)
 
 
 class TaskSummary(BaseModel):
@@ -365,7 +449,7 @@ def read_results_table(path: Path, *, validate: bool = False) -> pyarrow.Table:
     }
 
     def validated() -> pyarrow.Table:
-        records = read_results(path)  # raises exactly what read_results raises
+        records = list(iter_results(path))  # raises exactly what read_results raises
         lines = []
         with path.open("rb") as f:
             for line in f:
@@ -390,7 +474,7 @@ def read_results_table(path: Path, *, validate: bool = False) -> pyarrow.Table:
         return pa.Table.from_pylist(rows, schema=schema)
 
     if validate:
-        return validated()
+        return _one_per_episode(validated(), path)
     buffer = pa.memory_map(str(path)).read_buffer()
     view = np.frombuffer(buffer, dtype=np.uint8)
     # Line ends, found in slices so that no file-sized temporary is allocated.
@@ -406,7 +490,7 @@ def read_results_table(path: Path, *, validate: bool = False) -> pyarrow.Table:
     try:
         lines.validate(full=True)  # UTF-8
     except pa.ArrowInvalid:
-        return validated()
+        return _one_per_episode(validated(), path)
     lines = pc.utf8_rtrim(lines, characters=" \t\r\n")
     lengths = pc.binary_length(lines)
     if pc.min(lengths).as_py() == 0:
@@ -458,7 +542,7 @@ def read_results_table(path: Path, *, validate: bool = False) -> pyarrow.Table:
             ),
         ).combine_chunks()
     except pa.ArrowInvalid:
-        return validated()
+        return _one_per_episode(validated(), path)
     required = (
         "run_id", "episode_id", "task_id", "task_hash", "split", "sample", "outcome",
         "duration_s", "started_at", "task",
@@ -468,7 +552,7 @@ def read_results_table(path: Path, *, validate: bool = False) -> pyarrow.Table:
         or any(parsed[name].null_count for name in required)
         or not pc.all(pc.is_in(parsed["outcome"], pa.array(OUTCOMES))).as_py()
     ):
-        return validated()
+        return _one_per_episode(validated(), path)
     error = parsed["error"].chunk(0) if parsed.num_rows else pa.array([], parse.field("error").type)
     usage = parsed["usage"].chunk(0) if parsed.num_rows else pa.array([], parse.field("usage").type)
     derived = {
@@ -503,4 +587,31 @@ def read_results_table(path: Path, *, validate: bool = False) -> pyarrow.Table:
     arrays[schema.get_field_index("reward_components")] = pa.ListArray.from_arrays(
         pc.subtract(offsets, offsets[0]), filled
     )
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return _one_per_episode(pa.Table.from_arrays(arrays, schema=schema), path)
+
+
+def _one_per_episode(table: pyarrow.Table, path: Path) -> pyarrow.Table:
+    """Keep the row ``deduplicate`` keeps for each (task, sample); the rest are dropped."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    if n < 2:
+        return table
+    keys = pc.binary_join_element_wise(
+        table["task_id"], pc.cast(table["sample"], pa.string()), "\x00"
+    )
+    if pc.count_distinct(keys).as_py() == n:
+        return table
+    usable = pc.cast(pc.not_equal(table["outcome"], "infra_error"), pa.int64())
+    # the newest usable row wins, else the newest: every score is distinct
+    score = pc.add(pa.array(np.arange(n, dtype=np.int64)), pc.multiply(usable, n))
+    best = pa.table({"key": keys, "score": score}).group_by("key").aggregate([("score", "max")])
+    keep = pc.is_in(score, best["score_max"])
+    kept = table.filter(keep)
+    usable_total = pc.sum(usable).as_py() or 0
+    kept_usable = pc.sum(pc.filter(usable, keep)).as_py() or 0
+    dropped = n - kept.num_rows
+    _report_dropped(path, usable_total - kept_usable, dropped - (usable_total - kept_usable))
+    return kept

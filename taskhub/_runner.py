@@ -19,12 +19,11 @@ import re
 import secrets
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import SecretStr
@@ -44,6 +43,7 @@ from taskhub._errors import (
     ResultsError,
     TaskhubError,
 )
+from taskhub._lock import RunLock
 from taskhub._results import (
     EPISODES,
     ResultsWriter,
@@ -58,6 +58,7 @@ from taskhub._rewards import BoundReward, RewardSet
 from taskhub._schema import (
     EnvInfo,
     EpisodeRecord,
+    ErrorInfo,
     EvalConfig,
     ModelInfo,
     RunManifest,
@@ -66,6 +67,8 @@ from taskhub._schema import (
 )
 from taskhub._taskset import Taskset, load_taskset
 from taskhub._templates import Templates
+from taskhub._trust import check_remote_code
+from taskhub._urls import redact_optional_url, redact_url
 from taskhub._version import __version__
 from taskhub.env._launch import EnvHandle
 from taskhub.env._pool import SessionPool
@@ -73,6 +76,8 @@ from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_m
 
 logger = logging.getLogger(__name__)
 
+#: What ``--retry`` accepts, and the outcome of the episodes it runs again.
+RETRY_OUTCOMES = {"infra": "infra_error"}
 _LIBRARIES = ("httpx", "websockets", "pydantic", "jinja2", "huggingface-hub", "openenv")
 
 
@@ -103,18 +108,6 @@ class RunResult:
 
 def _slug(text: str, size: int = 32) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:size] or "x"
-
-
-def _redact_url(url: str | None) -> str | None:
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return url
 
 
 @functools.cache
@@ -182,6 +175,14 @@ def _plan(config: EvalConfig, taskset: Taskset, run_dir: Path, run_id: str) -> _
     split, tasks = select_tasks(taskset, config)
     if not tasks:
         raise ConfigError(f"nothing to run: split {split!r} selects no tasks")
+    trusted = check_remote_code(
+        taskset,
+        trust_remote_code=config.trust_remote_code,
+        rewards=not config.rewards,
+        env=not config.env,
+    )
+    for item in trusted:
+        logger.warning("running code of taskset %s (trusted): %s", taskset.name, item)
     rewards = RewardSet()
     task_rewards = {
         task.task_id: rewards.resolve(config.rewards or task.rewards or taskset.card.rewards)
@@ -319,15 +320,27 @@ class _Runner:
             created_at=self.sessions[0],
             updated_at=now,
             finished_at=now if status == "completed" else None,
-            config=config.model_copy(update={"base_url": _redact_url(config.base_url)}),
+            config=config.model_copy(
+                update={
+                    "base_url": redact_optional_url(config.base_url),
+                    "env": redact_optional_url(config.env),
+                }
+            ),
             taskset=plan.taskset.ref,
             split=plan.split,
-            env=self.env_info,
+            env=self.env_info.model_copy(
+                update={
+                    "spec": redact_url(self.env_info.spec),
+                    "urls": [redact_url(url) for url in self.env_info.urls],
+                }
+            )
+            if self.env_info
+            else None,
             model=ModelInfo(
                 spec=config.model,
                 provider=provider,
                 name=name,
-                base_url=_redact_url(config.base_url),
+                base_url=redact_optional_url(config.base_url),
                 sampling=config.sampling,
                 details=self.model.details if self.model else {},
             ),
@@ -355,7 +368,12 @@ class _Runner:
                 if self.stop_reason and record is None:
                     return
                 assert record is not None and self.writer is not None
-                self.writer.write(record)
+                try:
+                    record = self._write(record)
+                except ResultsError as exc:  # disk full, the folder gone: the run stops
+                    self.fatal = exc
+                    self.stop_reason = str(exc)
+                    return
                 self.rows.append(_summary_row(record))
                 logger.info(
                     "episode %s#%d: %s reward=%s steps=%d",
@@ -375,6 +393,34 @@ class _Runner:
         async with asyncio.TaskGroup() as group:
             for _ in range(self.config.concurrency):
                 group.create_task(worker())
+
+    def _write(self, record: EpisodeRecord) -> EpisodeRecord:
+        """Append ``record``; one that cannot be serialized is stored as that episode's error."""
+        assert self.writer is not None
+        try:
+            self.writer.write(record)
+            return record
+        except ValueError as exc:  # pydantic refuses a value (too deep, not JSON)
+            logger.warning("episode %s#%d cannot be stored: %s", record.task_id, record.sample, exc)
+            error = ResultsError(
+                f"the episode's record cannot be stored ({str(exc)[:300]}); its trajectory "
+                "was left out"
+            )
+            stripped = record.model_copy(
+                update={
+                    "outcome": "infra_error",
+                    "reward": None,
+                    "success": None,
+                    "reward_components": [],
+                    "error": ErrorInfo.from_exception(error),
+                    "steps": [],
+                    "messages": [],
+                    "initial_observation": None,
+                    "reset_metadata": None,
+                }
+            )
+            self.writer.write(stripped)
+            return stripped
 
     async def _episode(self, task: Task, sample: int) -> EpisodeRecord | None:
         config, plan = self.config, self.plan
@@ -511,22 +557,45 @@ async def evaluate_async(
             f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
         )
     plan = _plan(config, taskset, target, run_id)
-    async with _make_http() as http:
-        runner = _Runner(
-            plan,
-            progress=progress,
-            http=http,
-            env_headers=env_headers,
-            argv=argv,
-            parent_manifest=None,
-        )
-        return await runner.run()
+    fresh = not target.exists()
+    try:
+        return await _evaluate_locked(plan, target, progress, env_headers, argv)
+    except BaseException:
+        if fresh and not (target / "run.json").exists():  # bad configuration: leave nothing
+            RunLock(target).remove_if_alone()
+        raise
+
+
+async def _evaluate_locked(
+    plan: _Plan,
+    target: Path,
+    progress: Progress | None,
+    env_headers: dict[str, str] | None,
+    argv: list[str] | None,
+) -> RunResult:
+    with RunLock(target):
+        if (target / "run.json").exists():  # another writer started it meanwhile
+            raise ResultsError(
+                f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
+            )
+        async with _make_http() as http:
+            runner = _Runner(
+                plan,
+                progress=progress,
+                http=http,
+                env_headers=env_headers,
+                argv=argv,
+                parent_manifest=None,
+            )
+            return await runner.run()
 
 
 async def resume_async(
     run_dir: Path | str,
     *,
     api_key: str | None = None,
+    base_url: str | None = None,
+    retry: Sequence[str] = (),
     progress: Progress | None = None,
     env_headers: dict[str, str] | None = None,
     hub_token: str | None = None,
@@ -535,15 +604,27 @@ async def resume_async(
     """Finish an interrupted run: run only the episodes it has no record of.
 
     The taskset is loaded at the commit the run recorded, and must have the same content.
+    ``run.json`` keeps no credentials: pass ``api_key`` (and ``base_url`` when the endpoint's URL
+    carried some) again. ``retry=["infra"]`` also runs again the episodes that ended as
+    ``infra_error``: their earlier records stay in ``episodes.jsonl`` as history, and readers
+    count only the newest record of each (task, sample).
 
     Raises:
-        ResultsError: ``run_dir`` is not a run directory, or the taskset changed.
+        ResultsError: ``run_dir`` is not a run directory, the taskset changed, or another
+            process is writing the run.
     """
     run_dir = Path(run_dir)
+    unknown = sorted(set(retry) - set(RETRY_OUTCOMES))
+    if unknown:
+        raise ConfigError(
+            f"--retry {unknown[0]!r}: only {', '.join(RETRY_OUTCOMES)} episodes can be run again"
+        )
     manifest = read_manifest(run_dir)
     config = manifest.config
     if api_key is not None:
         config = config.model_copy(update={"api_key": SecretStr(api_key)})
+    if base_url is not None:
+        config = config.model_copy(update={"base_url": base_url})
     ref = manifest.taskset
     source = ref.source
     if ref.kind == "hub" and ref.repo_id and ref.commit_sha:
@@ -557,19 +638,31 @@ async def resume_async(
         )
     taskset = Taskset(ref, taskset.card, taskset.splits)
     plan = _plan(config, taskset, run_dir, manifest.run_id)
-    repair_results(run_dir / EPISODES)
-    plan.previous = read_results(run_dir)
-    plan.done = {r.key() for r in plan.previous}
-    async with _make_http() as http:
-        runner = _Runner(
-            plan,
-            progress=progress,
-            http=http,
-            env_headers=env_headers,
-            argv=argv or manifest.argv,
-            parent_manifest=manifest,
-        )
-        return await runner.run()
+    retry_outcomes = {RETRY_OUTCOMES[name] for name in retry}
+    with RunLock(run_dir):  # read what is done only once no other writer can add to it
+        manifest = read_manifest(run_dir)
+        repair_results(run_dir / EPISODES)
+        previous = read_results(run_dir)
+        plan.previous = [r for r in previous if r.outcome not in retry_outcomes]
+        plan.done = {r.key() for r in plan.previous}
+        if len(plan.previous) < len(previous):
+            logger.info(
+                "resume %s: running %d episode(s) again (%s); their earlier records stay as "
+                "history and are not counted",
+                run_dir,
+                len(previous) - len(plan.previous),
+                ", ".join(sorted(retry)),
+            )
+        async with _make_http() as http:
+            runner = _Runner(
+                plan,
+                progress=progress,
+                http=http,
+                env_headers=env_headers,
+                argv=argv or manifest.argv,
+                parent_manifest=manifest,
+            )
+            return await runner.run()
 
 
 def evaluate(config: EvalConfig, **kwargs: Any) -> RunResult:

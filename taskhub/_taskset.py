@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import importlib.util
-import json
+import io
 import logging
 import re
 import time
@@ -30,6 +30,7 @@ import yaml
 from pydantic import ValidationError
 
 from taskhub._errors import SchemaError, TasksetError, TasksetNotFound
+from taskhub._limits import MAX_JSON_DEPTH, loads_bounded
 from taskhub._schema import Task, TasksetCard, TasksetRef
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ def load_taskset(
     """
     path = Path(source).expanduser()
     if path.is_dir():
-        return _load_folder(path, TasksetRefParts(source, "local", path.name))
+        return _load_folder(path, TasksetRefParts(source, "local", path.resolve().name))
     if path.is_file():
         return _load_file(path, source)
     builtins = builtin_tasksets()
@@ -287,10 +288,13 @@ def data_files(folder: Path, header: dict[str, Any]) -> dict[str, list[Path]]:
         splits: dict[str, list[Path]] = {}
         for split, patterns in entries:
             for pattern in [patterns] if isinstance(patterns, str) else list(patterns or []):
+                _check_pattern(folder, str(split), pattern)
                 matched = sorted(folder.glob(pattern))
                 if not matched:
                     raise TasksetNotFound(f"{folder}: split {split!r} file {pattern!r} not found")
-                splits.setdefault(str(split), []).extend(matched)
+                splits.setdefault(str(split), []).extend(
+                    _inside(folder, path, f"split {split!r} file {pattern!r}") for path in matched
+                )
         return splits
     found: dict[str, list[Path]] = {}
     for base in (folder / "data", folder):
@@ -298,13 +302,41 @@ def data_files(folder: Path, header: dict[str, Any]) -> dict[str, list[Path]]:
             if file.suffix in DATA_SUFFIXES and file.is_file():
                 split = re.split(r"[-_.]", file.name)[0]
                 if split in ("train", "test", "validation", "dev"):
-                    found.setdefault(split, []).append(file)
+                    found.setdefault(split, []).append(_inside(folder, file, "data file"))
         if found:
             return found
     raise TasksetNotFound(
         f"{folder} has no data files: add a README.md with `configs:` or data/train.jsonl, "
         "data/test.jsonl"
     )
+
+
+def _check_pattern(folder: Path, split: str, pattern: Any) -> None:
+    """Refuse a ``data_files`` entry that names something outside the taskset folder."""
+    where = f"{folder}/README.md: split {split!r} data file {pattern!r}"
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise SchemaError(f"{where}: a data file must be a path inside the taskset folder")
+    if pattern.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", pattern):
+        raise SchemaError(
+            f"{where}: absolute paths are refused; data files are paths inside the taskset "
+            "folder, such as data/test.jsonl"
+        )
+    if ".." in re.split(r"[/\\]", pattern) or "://" in pattern:
+        raise SchemaError(f"{where}: leaves the taskset folder; data files must stay inside it")
+
+
+def _inside(folder: Path, path: Path, what: str) -> Path:
+    """Return ``path`` when it (symlinks followed) stays inside ``folder``; refuse it otherwise."""
+    roots = [folder.resolve()]
+    if folder.parent.name == "snapshots":  # a Hub cache snapshot links to the repo's blobs
+        roots.append((folder.parent.parent / "blobs").resolve())
+    resolved = path.resolve()
+    if not any(resolved.is_relative_to(root) for root in roots):
+        raise SchemaError(
+            f"{folder}: {what} {str(path.relative_to(folder))!r} leads outside the taskset "
+            f"folder (to {str(resolved)!r}, through a symlink); refused"
+        )
+    return path
 
 
 def _load_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
@@ -369,7 +401,7 @@ def _read_files(paths: list[Path]) -> Iterator[_Row]:
                 # Arrow struct columns give every row every key, null where the row had none.
                 yield _Row(f"{path.name} row {index}", row, strip_nulls=True)
         elif path.suffix == ".csv":
-            with path.open(newline="", encoding="utf-8") as f:
+            with io.StringIO(_read_text(path), newline="") as f:
                 for index, row in enumerate(csv.DictReader(f)):
                     cleaned = {k: v for k, v in row.items() if v not in ("", None)}
                     if "max_steps" in cleaned:
@@ -387,11 +419,11 @@ def _int_or_text(value: str) -> int | str:
 
 
 def _read_json(path: Path) -> Iterator[_Row]:
-    text = path.read_text(encoding="utf-8")
+    text = _read_text(path)
     if path.suffix == ".json" and text.lstrip().startswith("["):
         try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
+            rows = loads_bounded(text, limit=MAX_JSON_DEPTH + 1, constants=True)
+        except ValueError as exc:
             raise SchemaError(f"{path.name}: not valid JSON: {exc}") from None
         for index, row in enumerate(rows):
             yield _Row(f"{path.name} row {index}", row)
@@ -400,10 +432,23 @@ def _read_json(path: Path) -> Iterator[_Row]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
+            row = loads_bounded(line, constants=True)
+        except ValueError as exc:
             raise SchemaError(f"{path.name} line {number}: not valid JSON: {exc}") from None
         yield _Row(f"{path.name} line {number}", row)
+
+
+def _read_text(path: Path) -> str:
+    """Read a data file as UTF-8; a byte that is not names its line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TasksetError(
+            f"{path.name} line {line}: not UTF-8 text (byte {data[exc.start]:#04x} at offset "
+            f"{exc.start}); save the file as UTF-8"
+        ) from None
 
 
 def _strip_nulls(value: Any) -> Any:
@@ -474,3 +519,36 @@ def _check_unique_ids(splits: dict[str, tuple[Task, ...]]) -> None:
                     split=split,
                 )
             seen[task.task_id] = (split, index)
+
+
+# --- readers for the modules that build tasksets (scaffolding from a file or a generator) -----
+
+#: One raw row and where it came from (``data.jsonl line 3``), before validation.
+Row = _Row
+
+
+def read_rows(paths: list[Path]) -> Iterator[Row]:
+    """Yield the raw rows of data files (``.jsonl``, ``.json``, ``.parquet``, ``.csv``).
+
+    Raises:
+        TasksetError: A file cannot be read (the file and line are named).
+    """
+    return _read_files(paths)
+
+
+def validate_rows(split: str, rows: Iterator[Row]) -> tuple[Task, ...]:
+    """Validate raw rows into tasks, as loading does.
+
+    Raises:
+        SchemaError: Rows do not match the schema (split, row, where and field named).
+    """
+    return _validate_rows(split, rows)
+
+
+def check_unique_ids(splits: dict[str, tuple[Task, ...]]) -> None:
+    """Refuse a task id used twice across the splits.
+
+    Raises:
+        SchemaError: A duplicate task id (both rows named).
+    """
+    _check_unique_ids(splits)

@@ -16,6 +16,7 @@ from taskhub._cli._render import BarProgress, summary_table, task_table
 from taskhub._errors import TaskhubError
 from taskhub._runner import RunResult, evaluate, resume
 from taskhub._schema import EvalConfig, SamplingParams
+from taskhub._urls import redact_urls_in
 
 DEFAULT_MODEL = "local/smollm2-135m"
 DEFAULT_TASKSET = "arith"
@@ -32,8 +33,9 @@ def _parse_shard(value: str | None) -> tuple[int, int] | None:
 
 
 def _redacted_argv() -> list[str]:
+    """The command line as ``run.json`` records it: no key, no credentials in any URL."""
     argv, hide = [], False
-    for arg in sys.argv:
+    for arg in map(redact_urls_in, sys.argv):
         if hide:
             argv.append("***")
             hide = False
@@ -164,6 +166,23 @@ def eval_command(
             "(other arguments are taken from its run.json).",
         ),
     ] = None,
+    trust_remote_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-remote-code",
+            help="Let the taskset's rows and card run code on this machine (python:, trl:, "
+            "openenv: rewards, an env folder); refused otherwise. Read it first: taskhub "
+            "taskset show TASKSET.",
+        ),
+    ] = False,
+    retry: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--retry",
+            help="With --resume: also run again the episodes that ended so ('infra': "
+            "infra_error); their earlier records stay as history, never counted.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     progress: Annotated[
         bool | None,
@@ -201,11 +220,15 @@ def eval_command(
             result = resume(
                 resume_dir,
                 api_key=api_key,
+                base_url=base_url,
+                retry=retry or (),
                 progress=bar,
                 env_headers=headers,
                 argv=_redacted_argv(),
             )
         else:
+            if retry:
+                raise typer.BadParameter("--retry needs --resume RUN_DIR", param_hint="--retry")
             try:
                 config = EvalConfig(
                     model=model,
@@ -234,6 +257,7 @@ def eval_command(
                     max_retries=max_retries,
                     format_retries=format_retries,
                     fail_fast=fail_fast,
+                    trust_remote_code=trust_remote_code,
                 )
             except ValidationError as exc:
                 first = exc.errors()[0]

@@ -43,11 +43,19 @@ def show(
                     "model": run.manifest.model.spec,
                     "taskset": run.manifest.taskset.model_dump(mode="json"),
                     "summary": summary.model_dump(mode="json"),
+                    "dropped_duplicates": run.duplicates,
+                    "retried": run.retried,
                 },
                 indent=2,
             )
         )
         return
+    if run.duplicates:
+        typer.echo(
+            f"note: dropped {run.duplicates} duplicate record(s): some episodes were recorded "
+            "twice (two writers at once?); each counts once",
+            err=True,
+        )
     console = Console()
     console.print(summary_table(summary, run.manifest, run.path))
     if tasks:

@@ -35,6 +35,7 @@ from taskhub._errors import (
     EnvProtocolError,
     EnvTimeout,
 )
+from taskhub._limits import loads_bounded
 
 logger = logging.getLogger(__name__)
 
@@ -109,13 +110,9 @@ def split_base_url(url: str) -> tuple[str, str]:
     return http_base, ws_url
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _loads(text: str | bytes) -> Any:
-    """Parse a frame strictly: NaN and Infinity are not JSON."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """Parse a frame strictly: NaN and Infinity are not JSON, nesting is bounded."""
+    return loads_bounded(text)
 
 
 def _as_reward(value: Any, where: str) -> float | None:

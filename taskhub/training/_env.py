@@ -35,6 +35,7 @@ from taskhub._schema import (
 )
 from taskhub._taskset import Taskset
 from taskhub._templates import Templates
+from taskhub._trust import check_remote_code
 from taskhub.env._client import DEFAULT_MAX_FRAME_BYTES, EnvSession
 from taskhub.env._launch import DEFAULT_STARTUP_TIMEOUT_S, EnvHandle
 from taskhub.env._pool import SessionPool
@@ -117,6 +118,8 @@ class TrainingEnv:
         startup_timeout_s: Deadline for a launched server to become healthy.
         fresh_session: Open a new session for every episode (as ``taskhub eval
             --fresh-session``) instead of resetting an idle one again.
+        trust_remote_code: Let the taskset's rows and card run code (``python:`` rewards, an
+            env folder); refused otherwise (``RemoteCodeError``).
     """
 
     def __init__(
@@ -134,6 +137,7 @@ class TrainingEnv:
         headers: dict[str, str] | None = None,
         startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
         fresh_session: bool = False,
+        trust_remote_code: bool = False,
     ) -> None:
         """Resolve the env; nothing starts before ``start()`` (or ``with``)."""
         spec = env or taskset.card.env
@@ -141,6 +145,9 @@ class TrainingEnv:
             raise ConfigError(
                 f"no environment: pass env=, or set `env:` in the card of taskset {taskset.name!r}"
             )
+        check_remote_code(
+            taskset, trust_remote_code=trust_remote_code, rewards=not rewards, env=not env
+        )
         self.taskset = taskset
         self.env_spec = spec
         self.seed = seed
