@@ -40,11 +40,16 @@ from taskhub._results import (
     iter_results,
     read_manifest,
     read_results,
-    read_results_table,
     read_run,
     summarize,
     write_manifest,
     write_results,
+)
+from taskhub._results_table import (
+    RESULT_COLUMNS,
+    index_results,
+    iter_results_tables,
+    read_results_table,
 )
 from taskhub._rewards import (
     BoundReward,
@@ -141,6 +146,7 @@ __all__ = [
     "ProfileResult",
     "Progress",
     "PushResult",
+    "RESULT_COLUMNS",
     "RedactionReport",
     "Redactor",
     "ResultsError",
@@ -180,8 +186,10 @@ __all__ = [
     "describe_taskset",
     "evaluate",
     "evaluate_async",
+    "index_results",
     "init_taskset",
     "iter_results",
+    "iter_results_tables",
     "load_taskset",
     "mean_ci",
     "model_backend",
