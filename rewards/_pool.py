@@ -11,10 +11,11 @@ and ``run`` awaits it from asyncio. One manager thread feeds the workers (a few 
 the pipe round trip does not idle them), collects results and enforces deadlines.
 
 Workers are fresh interpreters (``python -P -c BOOTSTRAP FD PID``, which imports
-``taskhub.rewards._worker``) talking over a socket pair: never forked from a process that runs threads (a lock held at fork time deadlocks
-the child), and unlike multiprocessing's spawn and forkserver they never re-run the user's
-``__main__`` module, so a script without an ``if __name__ == "__main__":`` guard works. They
-stop at interpreter exit, or on their own when the process that owns them dies.
+``taskhub.rewards._worker``) talking over a socket pair: never forked from a process that runs
+threads (a lock held at fork time deadlocks the child), and unlike multiprocessing's spawn and
+forkserver they never re-run the user's ``__main__`` module, so a script without an
+``if __name__ == "__main__":`` guard works. They stop at interpreter exit, or on their own when
+the process that owns them dies.
 
 ```
 submit() ──► queue ──► manager thread ──► socket ──► worker: fn(*args), one job at a time

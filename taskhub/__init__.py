@@ -50,6 +50,7 @@ from taskhub._results_table import (
     index_results,
     iter_results_tables,
     read_results_table,
+    results_schema,
 )
 from taskhub._rewards import (
     BoundReward,
@@ -210,6 +211,7 @@ __all__ = [
     "rescore_async",
     "rescore_record",
     "rescore_records",
+    "results_schema",
     "resume",
     "resume_async",
     "reward",

@@ -681,7 +681,8 @@ def _parse_components(column: Any) -> Any:
     wrapped = pc.binary_join_element_wise(
         pa.scalar('{"c":'), pc.fill_null(column, "[]"), pa.scalar("}"), ""
     )
-    text = pc.binary_join(pa.ListArray.from_arrays([0, len(wrapped)], wrapped), "\n").as_py()
+    lines = pa.LargeListArray.from_arrays(pa.array([0, len(wrapped)], pa.int64()), wrapped)
+    text = pc.binary_join(lines, "\n")[0].as_py()
     parsed = pj.read_json(
         pa.BufferReader(text.encode("utf-8")),
         parse_options=pj.ParseOptions(

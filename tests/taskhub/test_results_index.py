@@ -19,6 +19,7 @@ from taskhub import (
     write_results,
 )
 from taskhub._results import ResultsWriter, repair_results
+from taskhub._results_table import INDEX_COLUMNS
 from tests.leaderboard.corpus import IMG, SCRIPT, episode
 
 
@@ -66,6 +67,9 @@ def test_the_writer_indexes_every_record_and_the_index_agrees(results: Path) -> 
     index = results.with_name("episodes.index.csv")
     assert index.read_text().count("\n") == 1 + len(records())
     assert read_results_table(results).to_pylist() == full_parse(results)
+    indexed = [*INDEX_COLUMNS, "record_json"]  # every column the index gives
+    full = [{k: row[k] for k in indexed} for row in full_parse(results)]
+    assert read_results_table(results, columns=indexed).to_pylist() == full
     # what index_results builds from the records is what the writer wrote, byte for byte
     written = index.read_bytes()
     assert index_results(results) == len(records())
@@ -84,6 +88,9 @@ def test_the_index_is_what_is_read_when_it_matches(results: Path) -> None:
     assert text != index.read_text()
     index.write_text(text)
     assert read_results_table(results, columns=["reward"])["reward"][0].as_py() == 0.25
+    table = read_results_table(results, columns=[*INDEX_COLUMNS, "record_json"])
+    assert table["reward"][0].as_py() == 0.25
+    assert table["reward_components"][0].as_py()[0]["name"] == "env"
     # columns the index does not hold come from the records
     assert read_results_table(results, columns=["reward", "run_id"])["reward"][0].as_py() == 1.0
     # validate=True always reads the records
