@@ -130,7 +130,7 @@ class _Plan:
     config: EvalConfig
     taskset: Taskset
     split: str
-    tasks: tuple[Task, ...]
+    tasks: Sequence[Task]
     run_id: str
     run_dir: Path
     rewards: RewardSet
@@ -159,7 +159,7 @@ def _summary_row(record: EpisodeRecord) -> EpisodeRecord:
     )
 
 
-def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, tuple[Task, ...]]:
+def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, Sequence[Task]]:
     """Apply ``split``, ``shard`` and ``limit`` to a taskset, in that order."""
     split = config.split or taskset.default_split()
     tasks = taskset.tasks(split)

@@ -20,7 +20,7 @@ import io
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from taskhub._errors import SchemaError, TasksetError, TasksetNotFound
 from taskhub._limits import MAX_JSON_DEPTH, loads_bounded
+from taskhub._rows import TaskRows, jsonl_rows, parquet_rows
 from taskhub._schema import Task, TasksetCard, TasksetRef
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,9 @@ class Taskset:
 
     ref: TasksetRef
     card: TasksetCard
-    splits: dict[str, tuple[Task, ...]]
+    splits: Mapping[str, Sequence[Task]]
+    """Each split's rows: a tuple, or ``TaskRows`` (large files: ``Task`` objects built when
+    read)."""
 
     @property
     def name(self) -> str:
@@ -60,7 +63,7 @@ class Taskset:
             return self.card.default_split
         return "test" if "test" in self.splits else next(iter(self.splits))
 
-    def tasks(self, split: str | None = None) -> tuple[Task, ...]:
+    def tasks(self, split: str | None = None) -> Sequence[Task]:
         """Return the rows of ``split`` (the default split when None).
 
         Raises:
@@ -342,7 +345,7 @@ def _inside(folder: Path, path: Path, what: str) -> Path:
 def _load_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
     header, card = read_card(folder)
     files = data_files(folder, header)
-    splits = {split: _validate_rows(split, _read_files(paths)) for split, paths in files.items()}
+    splits = {split: _split_rows(split, paths) for split, paths in files.items()}
     _check_unique_ids(splits)
     name = card.name or parts.name
     return Taskset(_ref(parts, name, splits, folder), card, splits)
@@ -353,20 +356,36 @@ def _load_file(path: Path, source: str) -> Taskset:
         raise TasksetError(
             f"{path}: unsupported taskset file; use one of {', '.join(DATA_SUFFIXES)} or a folder"
         )
-    splits = {"train": _validate_rows("train", _read_files([path]))}
+    splits = {"train": _split_rows("train", [path])}
     _check_unique_ids(splits)
     parts = TasksetRefParts(source, "file", path.stem)
     return Taskset(_ref(parts, path.stem, splits, path), TasksetCard(), splits)
 
 
+def _split_rows(split: str, paths: list[Path]) -> Sequence[Task]:
+    """A split's validated rows: checked in bulk when the files allow it (see ``_rows``)."""
+    rows = None
+    if all(p.suffix == ".jsonl" for p in paths):
+        rows = jsonl_rows(split, paths)
+    elif all(p.suffix == ".parquet" for p in paths):
+        rows = parquet_rows(split, paths)
+    # what the bulk checks cannot vouch for, Task validates row by row (and names the errors)
+    return rows if rows is not None else _validate_rows(split, _read_files(paths))
+
+
+def _content_hashes(tasks: Sequence[Task]) -> list[str]:
+    if isinstance(tasks, TaskRows):
+        return tasks.content_hashes()  # computed once, at load
+    return [task.content_hash() for task in tasks]
+
+
 def _ref(
-    parts: TasksetRefParts, name: str, splits: dict[str, tuple[Task, ...]], path: Path
+    parts: TasksetRefParts, name: str, splits: Mapping[str, Sequence[Task]], path: Path
 ) -> TasksetRef:
     digest = hashlib.sha256()
     for split, tasks in splits.items():
         digest.update(split.encode() + b"\n")
-        for task in tasks:
-            digest.update(task.content_hash().encode() + b"\n")
+        digest.update("".join(h + "\n" for h in _content_hashes(tasks)).encode())
     return TasksetRef(
         source=parts.source,
         kind=parts.kind,  # type: ignore[arg-type]
@@ -505,20 +524,26 @@ def _validate_rows(split: str, rows: Iterator[_Row]) -> tuple[Task, ...]:
     return tuple(tasks)
 
 
-def _check_unique_ids(splits: dict[str, tuple[Task, ...]]) -> None:
+def _check_unique_ids(splits: Mapping[str, Sequence[Task]]) -> None:
+    every = {
+        split: tasks.task_ids if isinstance(tasks, TaskRows) else [t.task_id for t in tasks]
+        for split, tasks in splits.items()
+    }
+    if len(set().union(*every.values())) == sum(len(ids) for ids in every.values()):
+        return  # no duplicate: nothing to name
     seen: dict[str, tuple[str, int]] = {}
-    for split, tasks in splits.items():
-        for index, task in enumerate(tasks):
-            if task.task_id in seen:
-                other_split, other_index = seen[task.task_id]
+    for split, ids in every.items():
+        for index, task_id in enumerate(ids):
+            if task_id in seen:
+                other_split, other_index = seen[task_id]
                 raise SchemaError(
-                    f"{split} row {index}: duplicate task_id {task.task_id!r} "
+                    f"{split} row {index}: duplicate task_id {task_id!r} "
                     f"(already used by {other_split} row {other_index})",
                     row=index,
                     field="task_id",
                     split=split,
                 )
-            seen[task.task_id] = (split, index)
+            seen[task_id] = (split, index)
 
 
 # --- readers for the modules that build tasksets (scaffolding from a file or a generator) -----
