@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, overload
 import msgspec
 
 from taskhub._errors import SchemaError
+from taskhub._limits import MAX_JSON_DEPTH, loads_bounded
 from taskhub._schema import MEASURED_FIELDS, Task, canonical_json
 
 if TYPE_CHECKING:
@@ -295,6 +296,14 @@ def jsonl_rows(split: str, paths: Sequence[Path]) -> TaskRows | None:
             and pc.any(pc.match_substring_regex(lines, f"{_HUGE.pattern}|{_OTHER_BREAKS}")).as_py()
         ):
             return None
+        # a row can nest deeper than MAX_JSON_DEPTH only if it opens more objects and arrays
+        # than that: those few rows are measured, and one too deep takes the Task path
+        opened = pc.count_substring_regex(lines, r"[\[{]").to_numpy(zero_copy_only=False)
+        for index in np.flatnonzero(opened > MAX_JSON_DEPTH).tolist():
+            try:
+                loads_bounded(lines[index].as_py(), constants=True)
+            except (ValueError, RecursionError):
+                return None
         plain = pc.invert(pc.match_substring_regex(lines, _FLOATS)).to_numpy(zero_copy_only=False)
         # decoded in chunks of whole lines straight from the file's bytes (blank lines are
         # skipped), so that the rows' objects are never all held at once

@@ -104,7 +104,10 @@ def test_records_changed_after_their_index_are_read_from_the_records(results: Pa
     # an index newer than the records, but that does not end where they end, is not used
     results.write_bytes(data + data.splitlines(keepends=True)[0])
     os.utime(results.with_name("episodes.index.csv"))
-    assert read_results_table(results, columns=["reward"]).num_rows == len(records()) + 1
+    every = iter_results_tables(results, columns=["reward"], one_per_episode=False)
+    assert sum(table.num_rows for table in every) == len(records()) + 1
+    # the line repeats an episode: readers count it once
+    assert read_results_table(results, columns=["reward"]).num_rows == len(records())
 
 
 def test_a_torn_record_and_resuming_keep_the_index_right(results: Path) -> None:
