@@ -67,6 +67,7 @@ from taskhub._runner import (
 )
 from taskhub._schema import (
     OUTCOMES,
+    RFC008_REPORT_VERSION,
     SCHEMA_VERSION,
     ChatMessage,
     CheckLevel,
@@ -76,6 +77,7 @@ from taskhub._schema import (
     EpisodeRecord,
     ErrorInfo,
     EvalConfig,
+    Lane,
     ModelInfo,
     Outcome,
     PluginSpec,
@@ -130,6 +132,7 @@ __all__ = [
     "EpisodeRecord",
     "ErrorInfo",
     "EvalConfig",
+    "Lane",
     "MissingDependencyError",
     "ModelAuthError",
     "ModelError",
@@ -141,6 +144,7 @@ __all__ = [
     "ProfileResult",
     "Progress",
     "PushResult",
+    "RFC008_REPORT_VERSION",
     "RedactionReport",
     "Redactor",
     "ResultsError",
