@@ -466,7 +466,7 @@ class _Batch:
         self.config = config
         self.policy = load_policy(config.validation.policy)
         self.progress = progress
-        self.output = config.output
+        self.output = config.output.resolve()  # workers run pip and servers elsewhere
         self.work = self.output / ".work"
         self.logs = self.output / "logs"
         self.started = time.monotonic()
@@ -514,7 +514,7 @@ class _Batch:
             "isolated_venv": self.config.isolated_venv,
             "offline": self.config.offline,
             "install_timeout_s": min(self.config.install_timeout_s, deadline),
-            "pip_cache": str(self.config.pip_cache or self.output / ".pip-cache"),
+            "pip_cache": str((self.config.pip_cache or self.output / ".pip-cache").resolve()),
             "workdir": str(self.work / stem),
         }
         job_path = self.work / f"{stem}.job.json"
@@ -568,6 +568,8 @@ class _Batch:
                 ),
             )
         finally:
+            if process.returncode is None:  # stopped: the worker first, or it reports the rest
+                _kill_group(process)
             _kill_servers(pids)  # a killed or crashed worker may leave a server or pip behind
             self.processes.discard(process)
             self.pid_files.discard(pids)

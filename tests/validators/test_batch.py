@@ -1,0 +1,177 @@
+"""A batch an organizer can run: safe report names, submissions validated in a copy, signals
+that stop every worker and env server, clone failures as errors, a ranking by how far each env
+got, isolated installs that keep pip's output and have their own time limit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from taskhub import ConfigError, ValidationReport
+from tests.validators.conftest import ENVS, FAST, QUIZ
+
+#: Checks that need no launched server beyond startup: short batch runs.
+QUICK = {**FAST, "checks": ["static.layout"]}
+
+
+def processes_under(root: Path) -> list[str]:
+    """Processes whose working directory or command line is under ``root``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if cwd.startswith(str(root)) or str(root) in cmdline:
+            found.append(f"{pid}: {cmdline[:200]}")
+    return found
+
+
+def tree_listing(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` with its content digest."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def corpus_copy(tmp_path: Path, *names: str) -> Path:
+    """The corpus envs ``names`` (and the module they share) copied under ``tmp_path``."""
+    root = tmp_path / "envs"
+    shutil.copytree(ENVS / "_lite", root / "_lite", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in names:
+        shutil.copytree(ENVS / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_no_submission_name_can_overwrite_the_batch_files_or_another_report(
+    tmp_path: Path,
+) -> None:
+    from taskhub.validators import (
+        BatchConfig,
+        Submission,
+        ValidationConfig,
+        read_submissions,
+        validate_batch,
+    )
+
+    names = ["summary", "LOGS", "rfc008", "", "日本語", "../../escape", "good"]
+    stems = [Submission(name=n or "x", target="t").file_stem for n in names]
+    assert stems[-1] == "good" and stems[5] == "escape"
+    assert all("/" not in s and not s.startswith(".") for s in stems)
+    assert len({s.casefold() for s in stems}) == len(stems)
+    assert stems[0].startswith("summary-") and stems[1].startswith("LOGS-")
+    assert stems[4].startswith("submission-")
+    # two names that map to one report file (here: in another case) are refused
+    clash = tmp_path / "clash.jsonl"
+    clash.write_text('{"name": "Good", "url": "http://x"}\n{"name": "good", "url": "http://y"}\n')
+    with pytest.raises(ConfigError, match="same report file"):
+        read_submissions(clash)
+    # a submission named summary gets its own report; the batch's summary stays the summary
+    submissions = [
+        Submission(name="summary", target=str(ENVS / "good")),
+        Submission(name="logs", target=str(ENVS / "good")),
+    ]
+    out = tmp_path / "out"
+    config = BatchConfig(
+        output=out, workers=2, validation=ValidationConfig(taskset=str(QUIZ), **QUICK)
+    )
+    rows = validate_batch(submissions, config)
+    assert sorted(r["name"] for r in rows) == ["logs", "summary"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["schema_version"] == 2 and summary["validated"] == 2
+    assert (out / "logs").is_dir()
+    for row in rows:
+        report = ValidationReport.model_validate_json((out / row["report"]).read_text())
+        assert report.name == row["name"] and row["report"] != "summary.json"
+    with pytest.raises(ConfigError, match="same report file"):
+        validate_batch([submissions[0], submissions[0]], config)
+
+
+def test_submissions_are_validated_in_a_copy_never_in_place(tmp_path: Path) -> None:
+    from taskhub.validators import BatchConfig, Submission, ValidationConfig, validate_batch
+
+    root = corpus_copy(tmp_path, "good")
+    folder = root / "good"
+    app = folder / "server" / "app.py"
+    # an env that writes into its own folder when it starts
+    app.write_text(
+        app.read_text().replace(
+            "app = create_app(",
+            '__import__("pathlib").Path("written-at-startup.txt").write_text("x")\n'
+            "app = create_app(",
+        )
+    )
+    before = tree_listing(root)
+    out = tmp_path / "out"
+    config = BatchConfig(output=out, validation=ValidationConfig(taskset=str(QUIZ), **QUICK))
+    rows = validate_batch([Submission(name="writes", target=str(folder))], config)
+    report = ValidationReport.model_validate_json((out / rows[0]["report"]).read_text())
+    startup = next(c for c in report.checks if c.id == "runtime.startup")
+    assert startup.status == "pass", startup.summary  # it ran, and wrote into its copy
+    assert report.target == str(folder) and report.target_kind == "folder"
+    assert tree_listing(root) == before
+    assert not (out / ".work" / "writes").exists()  # the copy is gone too
+
+
+def test_a_clone_that_fails_is_an_error_not_an_unsupported_target(tmp_path: Path) -> None:
+    from taskhub.validators import BatchConfig, Submission, ValidationConfig, validate_batch
+
+    missing = (tmp_path / "no-such-repo.git").as_uri()
+    out = tmp_path / "out"
+    config = BatchConfig(output=out, validation=ValidationConfig(**QUICK))
+    rows = validate_batch([Submission(name="gone", target=f"git+{missing}@main")], config)
+    assert (rows[0]["verdict"], rows[0]["exit_code"]) == ("error", 3)
+    report = ValidationReport.model_validate_json((out / "gone.json").read_text())
+    assert report.target_kind == "git" and report.error is not None
+    assert "git clone" in report.error.message
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_ends_every_worker_and_env_server(tmp_path: Path, stop: signal.Signals) -> None:
+    root = corpus_copy(tmp_path, "hangs", "good")
+    subs = tmp_path / "subs.jsonl"
+    subs.write_text(
+        json.dumps({"name": "hangs", "folder": str(root / "hangs")})
+        + "\n"
+        + json.dumps({"name": "good", "folder": str(root / "good")})
+        + "\n"
+    )
+    out = tmp_path / "out"
+    taskhub = str(Path(sys.executable).parent / "taskhub")
+    argv = [taskhub, "validate", "--batch", str(subs), "--out", str(out), "--workers", "2"]
+    argv += ["--taskset", str(QUIZ), "--startup-timeout", "120", "--check", "static.layout"]
+    batch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # wait until the hung env's server runs (in its copy under the batch's work folder)
+        server = out / ".work" / "hangs" / "src" / "hangs"
+        deadline = time.monotonic() + 120
+        while not processes_under(server):
+            assert batch.poll() is None, batch.communicate()
+            assert time.monotonic() < deadline, "the hung env's server never started"
+            time.sleep(0.2)
+        batch.send_signal(stop)
+        _, stderr = batch.communicate(timeout=60)
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+    assert batch.returncode == 128 + stop, stderr
+    assert "every worker and env server was stopped" in stderr
+    # nothing the batch started survives it
+    deadline = time.monotonic() + 10
+    while processes_under(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_under(out) == []
+    assert not (out / "hangs.json").exists()  # left for a resumed run
+    assert json.loads((out / "summary.json").read_text())["pending"] >= 1
