@@ -34,6 +34,8 @@ LAYER_PTH = "_taskhub_layer.pth"
 DEFAULT_INSTALL_TIMEOUT_S = 600.0
 #: Lines of pip's output an install error quotes.
 TAIL_LINES = 25
+#: pip's lines an install error leaves out (they say nothing about what went wrong).
+QUIET_PREFIXES = ("Requirement already satisfied:",)
 
 
 class InstallError(EnvLaunchError):
@@ -78,8 +80,12 @@ async def _run(
     what: str,
     log: BinaryIO | None = None,
     on_start: Callable[[int], None] | None = None,
+    limit: float | None = None,
 ) -> str:
     """Run ``argv``; its output is copied to ``log`` as it comes. Returns the output's tail.
+
+    ``limit`` is the time limit an error names (the whole preparation's, of which
+    ``timeout`` is what is left); ``timeout`` itself when None.
 
     The command leads its own process group (a build backend pip starts is killed with it);
     ``on_start`` receives its pid, so that a supervisor can kill the group too.
@@ -106,7 +112,9 @@ async def _run(
                 if log is not None:
                     log.write(raw)
                     log.flush()
-                tail.append(raw.decode(errors="replace").rstrip())
+                line = raw.decode(errors="replace").rstrip()
+                if not line.startswith(QUIET_PREFIXES):
+                    tail.append(line)
         await process.wait()
 
     try:
@@ -119,7 +127,7 @@ async def _run(
         if not isinstance(exc, TimeoutError):
             raise
         raise InstallError(
-            f"{what} ran out of its {timeout:g}s time limit and was stopped. Its last "
+            f"{what} ran out of its {limit or timeout:.0f}s time limit and was stopped. Its last "
             "lines:\n" + "\n".join(tail),
             timed_out=True,
         ) from None
@@ -162,6 +170,7 @@ async def prepare_venv(
             install ran out of ``timeout`` (``timed_out`` is then true).
     """
     deadline = time.monotonic() + timeout
+    folder, root = folder.resolve(), root.resolve()  # pip runs in the folder
 
     def left() -> float:
         return max(deadline - time.monotonic(), 0.001)
@@ -217,5 +226,5 @@ async def prepare_venv(
     if log is not None:
         log.write(f"$ {' '.join(argv)}\n".encode())
         log.flush()
-    await _run(argv, folder, left(), what=what, log=log, on_start=on_start)
+    await _run(argv, folder, left(), what=what, log=log, on_start=on_start, limit=timeout)
     return python

@@ -175,3 +175,71 @@ def test_a_signal_ends_every_worker_and_env_server(tmp_path: Path, stop: signal.
     assert processes_under(out) == []
     assert not (out / "hangs.json").exists()  # left for a resumed run
     assert json.loads((out / "summary.json").read_text())["pending"] >= 1
+
+
+def sdist(root: Path, name: str, setup_py: str | None = None) -> Path:
+    """A source distribution ``name-1.0.tar.gz`` of a one-module package, built by hand."""
+    import tarfile
+
+    source = root / f"{name}-1.0"
+    (source / name).mkdir(parents=True)
+    (source / name / "__init__.py").write_text('VERSION = "1.0"\n')
+    (source / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "1.0"\n[tool.setuptools]\npackages = ["{name}"]\n'
+    )
+    if setup_py is not None:
+        (source / "setup.py").write_text(setup_py)
+    archive = root / f"{name}-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(source, arcname=source.name)
+    return archive
+
+
+def test_isolated_installs_log_pip_share_a_wheel_cache_and_have_their_own_time_limit(
+    tmp_path: Path,
+) -> None:
+    from taskhub.validators import BatchConfig, Submission, ValidationConfig, validate_batch
+
+    wheels = tmp_path / "dist"
+    wheels.mkdir()
+    shared = sdist(wheels, "sharedlib")
+    pinned = (
+        f"sharedlib @ {shared.as_uri()}#sha256={hashlib.sha256(shared.read_bytes()).hexdigest()}"
+    )
+    slow = sdist(
+        wheels, "slowlib", "import time\nfrom setuptools import setup\ntime.sleep(600)\nsetup()\n"
+    )
+    root = corpus_copy(tmp_path, "good")
+    for name, requirement in (("a", pinned), ("b", pinned), ("slow", str(slow))):
+        shutil.copytree(root / "good", root / name)
+        requirements = root / name / "server" / "requirements.txt"
+        requirements.write_text(requirements.read_text() + requirement + "\n")
+    out = tmp_path / "out"
+    config = BatchConfig(
+        output=out,
+        workers=2,  # a, then b, beside the slow one
+        isolated_venv=True,
+        offline=True,
+        install_timeout_s=40,
+        validation=ValidationConfig(taskset=str(QUIZ), **QUICK),
+    )
+    started = time.monotonic()
+    rows = {
+        r["name"]: r
+        for r in validate_batch(
+            [Submission(name=n, target=str(root / n)) for n in ("a", "slow", "b")], config
+        )
+    }
+    assert time.monotonic() - started < 400  # the slow build did not hold the batch
+    logs = {n: (out / "logs" / f"{n}.log").read_text() for n in rows}
+    # pip's own output is in each submission's log; the second install used the first's wheel
+    assert "Building wheel for sharedlib" in logs["a"] and "Successfully installed" in logs["a"]
+    assert "Using cached sharedlib-1.0-py3-none-any.whl" in logs["b"]
+    assert f"--cache-dir {out / '.pip-cache'}" in logs["b"]
+    assert rows["a"]["verdict"] == rows["b"]["verdict"] == "pass"
+    # the install that ran out of its time limit says so, and what it had done
+    report = ValidationReport.model_validate_json((out / "slow.json").read_text())
+    text = json.dumps(report.model_dump(mode="json"))
+    assert "ran out of its 40s time limit" in text and "slowlib" in text
+    assert processes_under(out) == []  # the build pip started was stopped with it
