@@ -497,6 +497,9 @@ class EvalConfig(BaseModel):
     """Stop the run at the first episode that is not scored."""
     max_frame_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     """Largest frame accepted from an env."""
+    fresh_session: bool = False
+    """Open a new env session for every episode, instead of resetting an idle open session of
+    the server again (WebSocket servers serve many episodes per session)."""
 
     @field_validator("shard")
     @classmethod
