@@ -446,6 +446,31 @@ def _kill_group(process: asyncio.subprocess.Process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
+def _kill_strays(folder: Path) -> None:
+    """Kill every process still running in ``folder`` (with its process group).
+
+    A worker killed while it starts a server can leave the server behind before it records
+    its pid, or before the server has asked to die with its parent: every process a worker
+    starts runs in the worker's folder, so the folder finds them all.
+    """
+    prefix = str(folder) + os.sep
+    own = os.getpgrp()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                cwd = os.readlink(f"/proc/{entry.name}/cwd")
+                if not (cwd + os.sep).startswith(prefix):
+                    continue
+                pid = int(entry.name)
+                group = os.getpgid(pid)
+                if group == own:
+                    os.kill(pid, signal.SIGKILL)
+                else:
+                    os.killpg(group, signal.SIGKILL)
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     # A worker outlives a batch killed with SIGKILL unless the kernel ends it too. The signal
     # fires when the forking thread dies: workers are started from the event loop's thread.
@@ -571,6 +596,7 @@ class _Batch:
             if process.returncode is None:  # stopped: the worker first, or it reports the rest
                 _kill_group(process)
             _kill_servers(pids)  # a killed or crashed worker may leave a server or pip behind
+            _kill_strays(self.work / stem)
             self.processes.discard(process)
             self.pid_files.discard(pids)
         if error is not None:
@@ -618,6 +644,7 @@ class _Batch:
                 _kill_group(process)
             for pids in list(self.pid_files):
                 _kill_servers(pids)
+            _kill_strays(self.work)
             self.write_summary()
         return self.rows()
 

@@ -34,6 +34,8 @@ PAIRS = (
     ("a", "b"),
     ("before", "after"),
 )
+#: Last lines of a log or traceback shown as evidence.
+MAX_LOG_LINES = 4
 #: Ids named in a folded line before "+N more".
 MAX_IDS = 6
 
@@ -96,6 +98,13 @@ def _evidence_lines(item: Any) -> list[str]:
                 head = f"{left} vs {right}" + (f" ({_short(context, 60)})" if context else "")
                 lines = field_diff(item[left], item[right])
                 return [head + ":"] + ["  " + line for line in lines or ["no field differs"]]
+    if isinstance(item, str) and "\n" in item.strip():
+        # a log or a traceback: its last lines say what went wrong
+        lines = [line.rstrip() for line in item.strip().splitlines() if line.strip()]
+        shown = [
+            line if len(line) <= MAX_VALUE else line[: MAX_VALUE - 3] + "..." for line in lines
+        ]
+        return (["..."] if len(shown) > MAX_LOG_LINES else []) + shown[-MAX_LOG_LINES:]
     return [_short(item, 2 * MAX_VALUE)]
 
 
@@ -111,10 +120,14 @@ def _names(ids: list[str]) -> str:
 
 
 def _sentence(text: str) -> str:
+    """``text`` as a sentence: capitalized (unless it starts with a name such as a file's)."""
     text = text.strip()
     if not text:
         return text
-    return text[0].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+    first = text.split(maxsplit=1)[0]
+    if first.isalpha():
+        text = text[0].upper() + text[1:]
+    return text + ("" if text.endswith((".", "!", "?", ":")) else ".")
 
 
 def _root(result: CheckResult, by_id: dict[str, CheckResult]) -> str | None:

@@ -1,11 +1,12 @@
 """One submission of a batch, in its own process: ``python -m taskhub.validators._worker JOB``.
 
 The worker clones a git submission, or copies a folder submission into its work folder (the
-submission itself is never written to), installs its requirements when the batch isolates
-venvs, and validates. It writes what it is doing to the job's phase file, so that a batch
-that has to kill it at the deadline can say what ran out. The batch kills this process (and
-its process group) at the submission's deadline, so every finished check is appended to the
-job's partial file as soon as it is known.
+submission itself is never written to), and validates it; when the batch isolates venvs, it
+installs the submission's requirements after the static checks, so that an install that
+fails or runs out of time still leaves them in the report. It writes what it is doing to the
+job's phase file, so that a batch that has to kill it at the deadline can say what ran out.
+The batch kills this process (and its process group) at the submission's deadline, so every
+finished check is appended to the job's partial file as soon as it is known.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ._batch import error_report, target_kind, write_report
 from ._config import ValidationConfig
 from ._sources import clone, copy_submission, parse_git, remove_tree
 from ._validate import validate_async
-from ._venv import prepare_venv
+from ._venv import DEFAULT_INSTALL_TIMEOUT_S, prepare_venv
 
 
 async def run_job(job: dict[str, Any]) -> ValidationReport:
@@ -77,22 +78,34 @@ async def run_job(job: dict[str, Any]) -> ValidationReport:
             copy = copy_submission(Path(target), workdir / "src")
             target = str(copy)
             shown = {"target": str(job["target"])}
+        prepare = None
         if job.get("isolated_venv") and Path(target).is_dir():
-            phase("install")
-            sys.stderr.flush()
-            python = await prepare_venv(
-                Path(target),
-                workdir,
-                offline=bool(job.get("offline")),
-                timeout=float(job.get("install_timeout_s") or 600.0),
-                cache_dir=Path(job["pip_cache"]) if job.get("pip_cache") else None,
-                log=sys.stderr.buffer,
-                on_start=record_pid,
-            )
-            config = config.model_copy(update={"python": str(python)})
+            folder = Path(target)
+
+            async def prepare() -> str:
+                # after the static checks: an install that fails still leaves them standing
+                phase("install")
+                sys.stderr.flush()
+                python = await prepare_venv(
+                    folder,
+                    workdir,
+                    offline=bool(job.get("offline")),
+                    timeout=float(job.get("install_timeout_s") or DEFAULT_INSTALL_TIMEOUT_S),
+                    cache_dir=Path(job["pip_cache"]) if job.get("pip_cache") else None,
+                    log=sys.stderr.buffer,
+                    on_start=record_pid,
+                )
+                phase("validate")
+                return str(python)
+
         phase("validate")
         report = await validate_async(
-            target, config, on_check=on_check, on_launch=on_launch, log_dir=Path(job["log_dir"])
+            target,
+            config,
+            on_check=on_check,
+            on_launch=on_launch,
+            log_dir=Path(job["log_dir"]),
+            prepare=prepare,
         )
         return report.model_copy(update=shown) if shown else report
     finally:

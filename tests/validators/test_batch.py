@@ -13,28 +13,40 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from taskhub import ConfigError, ValidationReport
 from tests.validators.conftest import ENVS, FAST, QUIZ
 
-#: Checks that need no launched server beyond startup: short batch runs.
-QUICK = {**FAST, "checks": ["static.layout"]}
+#: Short batch runs: a static check, and one that needs the launched server.
+QUICK = {**FAST, "checks": ["static.layout", "protocol.health"]}
 
 
-def processes_under(root: Path) -> list[str]:
-    """Processes whose working directory or command line is under ``root``."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if cwd.startswith(str(root)) or str(root) in cmdline:
-            found.append(f"{pid}: {cmdline[:200]}")
-    return found
+def processes_under(root: Path, *, wait_s: float = 0.0) -> list[str]:
+    """Live processes whose working directory or command line is under ``root``.
+
+    Args:
+        root: The folder.
+        wait_s: Look again for up to this long while some are found (a killed process takes
+            a moment to go).
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (OSError, IndexError):
+                continue
+            if state != "Z" and (cwd.startswith(str(root)) or str(root) in cmdline):
+                found.append(f"{pid}: {cmdline[:200]}")
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.2)
 
 
 def tree_listing(folder: Path) -> dict[str, str]:
@@ -151,13 +163,15 @@ def test_a_signal_ends_every_worker_and_env_server(tmp_path: Path, stop: signal.
     out = tmp_path / "out"
     taskhub = str(Path(sys.executable).parent / "taskhub")
     argv = [taskhub, "validate", "--batch", str(subs), "--out", str(out), "--workers", "2"]
-    argv += ["--taskset", str(QUIZ), "--startup-timeout", "120", "--check", "static.layout"]
+    argv += ["--taskset", str(QUIZ), "--startup-timeout", "120", "--check", "protocol.health"]
     batch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # wait until the hung env's server runs (in its copy under the batch's work folder)
+        # wait until the hung env's server runs (in its copy under the batch's work folder) and
+        # its worker has told the batch so
         server = out / ".work" / "hangs" / "src" / "hangs"
+        pids = out / ".work" / "hangs.pids"
         deadline = time.monotonic() + 120
-        while not processes_under(server):
+        while not (processes_under(server) and pids.is_file() and pids.read_text().strip()):
             assert batch.poll() is None, batch.communicate()
             assert time.monotonic() < deadline, "the hung env's server never started"
             time.sleep(0.2)
@@ -169,10 +183,7 @@ def test_a_signal_ends_every_worker_and_env_server(tmp_path: Path, stop: signal.
     assert batch.returncode == 128 + stop, stderr
     assert "every worker and env server was stopped" in stderr
     # nothing the batch started survives it
-    deadline = time.monotonic() + 10
-    while processes_under(out) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert processes_under(out) == []
+    assert processes_under(out, wait_s=10) == []
     assert not (out / "hangs.json").exists()  # left for a resumed run
     assert json.loads((out / "summary.json").read_text())["pending"] >= 1
 
@@ -211,7 +222,12 @@ def test_isolated_installs_log_pip_share_a_wheel_cache_and_have_their_own_time_l
         wheels, "slowlib", "import time\nfrom setuptools import setup\ntime.sleep(600)\nsetup()\n"
     )
     root = corpus_copy(tmp_path, "good")
-    for name, requirement in (("a", pinned), ("b", pinned), ("slow", str(slow))):
+    for name, requirement in (
+        ("a", pinned),
+        ("b", pinned),
+        ("slow", str(slow)),
+        ("late", str(slow)),
+    ):
         shutil.copytree(root / "good", root / name)
         requirements = root / name / "server" / "requirements.txt"
         requirements.write_text(requirements.read_text() + requirement + "\n")
@@ -228,7 +244,9 @@ def test_isolated_installs_log_pip_share_a_wheel_cache_and_have_their_own_time_l
     rows = {
         r["name"]: r
         for r in validate_batch(
-            [Submission(name=n, target=str(root / n)) for n in ("a", "slow", "b")], config
+            [Submission(name=n, target=str(root / n)) for n in ("a", "slow", "b")]
+            + [Submission(name="late", target=str(root / "late"), deadline_s=25)],
+            config,
         )
     }
     assert time.monotonic() - started < 400  # the slow build did not hold the batch
@@ -238,8 +256,71 @@ def test_isolated_installs_log_pip_share_a_wheel_cache_and_have_their_own_time_l
     assert "Using cached sharedlib-1.0-py3-none-any.whl" in logs["b"]
     assert f"--cache-dir {out / '.pip-cache'}" in logs["b"]
     assert rows["a"]["verdict"] == rows["b"]["verdict"] == "pass"
-    # the install that ran out of its time limit says so, and what it had done
+    # the install that ran out of its time limit says so; the static checks ran before it
     report = ValidationReport.model_validate_json((out / "slow.json").read_text())
-    text = json.dumps(report.model_dump(mode="json"))
-    assert "ran out of its 40s time limit" in text and "slowlib" in text
-    assert processes_under(out) == []  # the build pip started was stopped with it
+    checks = {c.id: c for c in report.checks}
+    assert report.verdict == "fail" and checks["static.layout"].status == "pass"
+    startup = checks["runtime.startup"]
+    assert startup.status == "fail" and startup.measured["prepare_timed_out"] is True
+    assert "ran out of its 40s time limit" in startup.summary
+    assert "slowlib" in json.dumps(startup.evidence)  # pip's last lines
+    assert checks["protocol.health"].measured["blocked_by"] == "runtime.startup"
+    # a deadline that falls during the install says that the install is what ran out
+    late = ValidationReport.model_validate_json((out / "late.json").read_text())
+    assert late.verdict == "error" and late.error is not None
+    assert "still installing its requirements" in late.error.message
+    assert [c.id for c in late.checks] == ["static.layout"]  # the static check stands
+    assert processes_under(out, wait_s=10) == []  # the builds pip started were stopped too
+
+
+def test_a_git_source_that_cannot_be_cloned_exits_3(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from taskhub._cli import app
+
+    missing = (tmp_path / "no-such-repo.git").as_uri()
+    result = CliRunner().invoke(app, ["validate", f"git+{missing}@main", "--json"])
+    assert result.exit_code == 3, result.output
+    report = ValidationReport.model_validate_json(result.stdout)
+    assert report.verdict == "error" and "git clone" in (
+        report.error.message if report.error else ""
+    )
+
+
+def test_skips_name_the_failure_that_caused_them_and_count_against_the_env(
+    corpus_batch: dict[str, Any],
+) -> None:
+    from taskhub.validators import render_report
+
+    crashed = corpus_batch["reports"]["crash_on_start"]
+    skips = [
+        c for c in crashed.checks if c.status == "skip" and not c.measured.get("not_implemented")
+    ]
+    by_id = {c.id: c for c in crashed.checks}
+
+    def root(check_id: str) -> str:  # follow the chain of skips to the failure behind it
+        found = by_id[check_id]
+        blocker = found.measured.get("blocked_by")
+        return root(blocker) if found.status == "skip" and blocker else check_id
+
+    caused = [c for c in skips if c.level != "statistical"]
+    assert {root(c.id) for c in caused} == {"runtime.startup"}, [(c.id, c.summary) for c in skips]
+    # without a model the statistical checks do not apply, started or not: not counted
+    assert all("blocked_by" not in c.measured for c in skips if c.level == "statistical")
+    card = render_report(crashed)
+    assert "1. The server did not start" in card
+    assert "kept " in card.split("Passed:")[0]  # folded under the startup failure
+    rows = corpus_batch["summary"]
+    ranks = {r["name"]: r for r in rows}
+    played = [r["rank"] for r in rows if r["reached"] == "played"]
+    assert ranks["crash_on_start"]["reached"] == "none"
+    assert ranks["crash_on_start"]["rank"] > max(played)
+    assert ranks["crash_on_start"]["score"] < min(
+        r["score"] for r in rows if r["verdict"] == "pass"
+    )
+    # RFC 008's ids no taskhub check implements are skips that say why
+    good = {c.id: c for c in corpus_batch["reports"]["good"].checks}
+    assert (
+        good["static.sbom"].status == "skip" and "container engine" in good["static.sbom"].summary
+    )
+    assert "hub.cosign_signature" not in good  # a local report has no hub-lane id

@@ -231,3 +231,28 @@ def test_an_env_that_never_started_ranks_below_every_env_that_played() -> None:
     # the three checks its startup failure blocked count against it
     assert never["blocked"] == 3 and never["score"] == round(100 * 5 / 17, 1)
     assert rows[0]["score"] == 100.0 > rows[1]["score"] > never["score"]
+
+
+def test_a_manifest_written_before_the_validation_block_is_warned_not_failed(
+    tmp_path: Any,
+) -> None:
+    import shutil
+
+    import yaml
+    from taskhub.validators import ValidationConfig, render_report, validate
+
+    from tests.validators.conftest import ENVS
+
+    folder = tmp_path / "env"
+    shutil.copytree(ENVS / "good", folder)
+    manifest = yaml.safe_load((folder / "openenv.yaml").read_text())
+    del manifest["validation"]
+    (folder / "openenv.yaml").write_text(yaml.safe_dump(manifest))
+    wanted = ["static.manifest", "static.resource_declaration", "static.timeout_ceiling"]
+    found = validate(str(folder), ValidationConfig(checks=wanted))
+    checks = {c.id: c for c in found.checks}
+    assert checks["static.manifest"].status == "pass"
+    for check_id in wanted[1:]:
+        assert (checks[check_id].status, checks[check_id].severity) == ("fail", "warn")
+    assert found.verdict == "warn" and found.exit_code == 0
+    assert "Warnings: these make the verdict warn" in render_report(found)
