@@ -233,6 +233,32 @@ def test_an_env_that_never_started_ranks_below_every_env_that_played() -> None:
     assert rows[0]["score"] == 100.0 > rows[1]["score"] > never["score"]
 
 
+@pytest.mark.parametrize(
+    ("requirement", "advice"),
+    [
+        ("openenv-core>=0.2.2", "openenv-core==0.2.2"),
+        ("openenv[core]>=0.2.1", "openenv[core]==0.2.1"),
+        ("fastapi", "openenv==0.10.0"),
+    ],
+)
+def test_the_pinning_advice_fits_the_env_era(tmp_path: Any, requirement: str, advice: str) -> None:
+    """An env written for openenv-core 0.2 is told to pin that, not to move to openenv 0.10."""
+    import shutil
+
+    from taskhub.validators import ValidationConfig, validate
+
+    from tests.validators.conftest import ENVS
+
+    folder = tmp_path / "env"
+    shutil.copytree(ENVS / "good", folder)
+    (folder / "server" / "requirements.txt").write_text(requirement + "\n")
+    (folder / "pyproject.toml").unlink()
+    found = validate(str(folder), ValidationConfig(checks=["static.dependency_pinning"]))
+    pinning = next(c for c in found.checks if c.id == "static.dependency_pinning")
+    assert pinning.status == "fail" and pinning.remediation is not None
+    assert f"Pin the OpenEnv library exactly ({advice})" in pinning.remediation
+
+
 def test_a_manifest_written_before_the_validation_block_is_warned_not_failed(
     tmp_path: Any,
 ) -> None:
