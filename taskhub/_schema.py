@@ -511,6 +511,33 @@ class EvalConfig(BaseModel):
         return value
 
 
+class HttpDialect(BaseModel):
+    """How an HTTP-only server wants its requests, and how it shapes its replies.
+
+    OpenEnv's own HTTP routes are the defaults; hand-rolled servers differ in the paths, in
+    whether the action is wrapped in ``{"action": ...}``, and in whether the observation is
+    nested under ``observation`` or is the reply itself (replies are read either way).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    reset_path: str = "/reset"
+    """Path of the reset route (``POST``)."""
+    step_path: str = "/step"
+    """Path of the step route (``POST``)."""
+    state_path: str | None = "/state"
+    """Path of the state route (``GET``), or None when the server has none."""
+    health_path: str | None = "/health"
+    """Path that answers 200 while the server is up, or None when none does."""
+    wrap_action: bool = True
+    """Send ``{"action": action}`` (OpenEnv's body) rather than the bare action."""
+    observation_key: str | None = "observation"
+    """Key of the observation in replies; None when the observation is the reply itself."""
+    reset_keys: tuple[str, ...] | None = None
+    """The reset kwargs the route accepts (others are dropped, as OpenEnv's server drops
+    what ``reset()`` does not take); None when it accepts any."""
+
+
 class EnvInfo(BaseModel):
     """The environment a run talked to."""
 
@@ -524,6 +551,8 @@ class EnvInfo(BaseModel):
     """Base URLs of the servers used (one per replica)."""
     transport: Literal["ws", "http"] = "ws"
     """WebSocket sessions, or the HTTP fallback for servers without ``/ws``."""
+    http_dialect: HttpDialect | None = None
+    """Routes and body shapes of the HTTP fallback (transport ``http``); OpenEnv's when None."""
     metadata: JsonObject | None = None
     """What ``GET /metadata`` returned."""
     action_schema: JsonObject | None = None

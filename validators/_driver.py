@@ -255,6 +255,10 @@ class EnvDriver:
     episode_durations_s: list[float] = field(default_factory=list)
     episodes: int = 0
     """Episode ids handed out so far."""
+    health_path: str | None = None
+    """The path that said a launched server was up (``/health``, or ``/`` without one)."""
+    first_action: JsonObject | None = None
+    """The first action the env accepted, when it refused the emptiest one."""
 
     # --- what the server declares --------------------------------------------------------
 
@@ -292,19 +296,26 @@ class EnvDriver:
     # --- sessions and episodes -----------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[TracedSession]:
-        """Open one episode session (WebSocket, or the HTTP fallback) and close it after."""
+    async def session(
+        self, transport: Transport | None = None, dialect: HttpDialect | None = None
+    ) -> AsyncIterator[TracedSession]:
+        """Open one episode session and close it after.
+
+        Args:
+            transport: ``ws`` or ``http``; the server's own transport when None.
+            dialect: The HTTP dialect; the learnt one when None.
+        """
         if self.url is None:
             raise RuntimeError("no running server")
         config = self.config
         inner: EnvSession = open_session(
             self.url,
-            self.transport or "ws",
+            transport or self.transport or "ws",
             http=self.http,
             timeout=config.op_timeout_s,
             connect_timeout=config.op_timeout_s,
             max_frame_bytes=config.max_frame_bytes,
-            dialect=self.dialect,
+            dialect=dialect or self.dialect,
         )
         if isinstance(inner, EnvClient):
             await inner.connect()
@@ -425,7 +436,7 @@ class EnvDriver:
         if self.on_launch is not None:
             self.on_launch(server)
         try:
-            await wait_healthy(
+            self.health_path = await wait_healthy(
                 self.http, server.url, timeout=self.config.startup_timeout_s, server=server
             )
         except BaseException:
@@ -514,6 +525,45 @@ async def http_call(
         except ValueError:
             reply.json = None
     return reply
+
+
+def _show(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def field_diff(before: Any, after: Any, path: str = "", limit: int = 8) -> list[str]:
+    """Where two JSON values differ, field by field: ``path: before -> after``."""
+    out: list[str] = []
+
+    def walk(a: Any, b: Any, where: str) -> None:
+        if len(out) >= limit or a == b:
+            return
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b), key=str):
+                walk(a.get(key), b.get(key), f"{where}.{key}" if where else str(key))
+            return
+        if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for index, (x, y) in enumerate(zip(a, b, strict=True)):
+                walk(x, y, f"{where}[{index}]")
+            return
+        out.append(f"{where or '(root)'}: {_show(a)} -> {_show(b)}")
+
+    walk(before, after, path)
+    return out
+
+
+def masked(value: Any, secrets: set[str]) -> Any:
+    """``value`` with every string in ``secrets`` (echoed episode ids) replaced by ``<id>``."""
+    if isinstance(value, dict):
+        return {k: masked(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked(v, secrets) for v in value]
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret and secret in value:
+                value = value.replace(secret, "<id>")
+    return value
 
 
 #: State fields that legitimately differ between two resets of the same task.

@@ -11,17 +11,18 @@ import asyncio
 import contextlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from taskhub import EnvCapacityError, EnvConnectError, EnvError
-from taskhub.env import EnvClient, split_base_url
+from taskhub.env import OPENENV_HTTP, EnvClient, HttpDialect, learn_http_dialect, split_base_url
 
-from ._check import Finding, check, failed, passed
-from ._driver import HttpReply, http_call
+from ._actions import candidate_actions, inline, repaired
+from ._check import Finding, check, failed, passed, skipped
+from ._driver import ActionPolicy, HttpReply, Transport, http_call
 from ._json import JsonObject
 from ._subject import Product, Subject
 
@@ -219,28 +220,186 @@ class Wire:
 
     schema_reply: HttpReply
     """``GET /schema`` as answered."""
+    openapi_reply: HttpReply | None = None
+    """``GET /openapi.json`` as answered."""
     ws_frame: str = ""
     """The reset frame sent to ``/ws``."""
     ws_reply: RawReply | None = None
     """What ``/ws`` answered to it (None when no socket opened)."""
     ws_error: str | None = None
     """Why no WebSocket opened."""
+    ws_usable: bool = False
+    """Whether ``/ws`` speaks OpenEnv's protocol."""
+    schema_source: str | None = None
+    """Where the action schema came from: ``schema`` (``/schema``), ``openapi``, or None."""
+    schema_disagreement: list[str] = field(default_factory=list)
+    """How ``/schema``'s action differs from the step body the server validates."""
+    nested_observation: bool | None = None
+    """Whether HTTP replies nest the observation under ``observation`` (OpenEnv's body)."""
+    attempts: list[JsonObject] = field(default_factory=list)
+    """What was tried to play an episode, and what came back."""
+    cause: str | None = None
+    """Why no episode plays (None when one does)."""
+    action: JsonObject | None = None
+    """The first action the env accepted."""
+    http_dialect: HttpDialect | None = None
+    """The dialect of the server's HTTP episode routes, when it has them (``/ws`` or not)."""
+    openapi_action: dict[str, Any] | None = None
+    """The action schema of the step route in ``/openapi.json``, when it is typed."""
+
+
+def _openapi_action(reply: HttpReply) -> tuple[HttpDialect | None, dict[str, Any] | None]:
+    learnt = learn_http_dialect(reply.json)
+    if learnt is None:
+        return None, None
+    dialect, action = learnt
+    return dialect, inline(reply.json, action) if action else None
+
+
+def _disagreement(declared: dict[str, Any], validated: dict[str, Any]) -> list[str]:
+    """Fields the server requires that ``/schema`` does not describe, and the reverse."""
+    declared_props = set(declared.get("properties") or {}) - {"metadata"}
+    validated_props = set(validated.get("properties") or {}) - {"metadata"}
+    if not validated_props:
+        return []
+    out = [
+        f"the step route requires {name!r}, which /schema's action does not have"
+        for name in sorted(set(validated.get("required") or []) - declared_props)
+    ]
+    out += [
+        f"/schema's action requires {name!r}, which the step route does not take"
+        for name in sorted(set(declared.get("required") or []) - validated_props)
+    ]
+    return out
+
+
+async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]) -> None:
+    """Find a transport, reset kwargs and a first action the env accepts; set up the driver."""
+    driver = subject.driver
+    task = subject.tasks[0] if subject.tasks else None
+    base = subject.reset_kwargs(task, tag="wire") if task is not None else {"seed": 1}
+    resets = [base, {k: v for k, v in base.items() if k != "episode_id"}, {}]
+    routes: list[tuple[Transport, HttpDialect | None]] = []
+    if wire.ws_usable:
+        routes.append(("ws", None))
+    routes += [("http", d) for d in dialects]
+    reset_errors: list[str] = []
+    step_errors: list[str] = []
+    for transport, dialect in routes:
+        driver.transport = transport
+        driver.dialect = dialect or OPENENV_HTTP
+        kwargs = None
+        for candidate in resets:
+            trajectory = await driver.play(candidate, lambda i, r: None, max_steps=0)
+            wire.attempts.append(
+                {"transport": transport, "reset": candidate, "error": _text(trajectory.error)}
+            )
+            if trajectory.error is None:
+                kwargs = candidate
+                break
+            reset_errors.append(_text(trajectory.error) or "")
+        if kwargs is None:
+            continue
+        if transport == "http" and dialect is not None and kwargs is not base:
+            driver.dialect = _with_reset_keys(dialect, kwargs)
+        if transport == "http":
+            wire.http_dialect = driver.dialect
+        candidates = candidate_actions(driver.action_schema)
+        if wire.openapi_action is not None:
+            candidates += [a for a in candidate_actions(wire.openapi_action) if a not in candidates]
+        tried = 0
+        while candidates and tried < MAX_FIRST_ACTIONS:
+            action = candidates.pop(0)
+            tried += 1
+            trajectory = await driver.play(kwargs, _once(action), max_steps=1)
+            error = _text(trajectory.error)
+            wire.attempts.append({"transport": transport, "action": action, "error": error})
+            fixed = repaired(action, error or "") if error else None
+            if fixed is not None and fixed not in candidates:
+                candidates.insert(0, fixed)  # the server said which value it wants
+            if trajectory.error is None and (trajectory.steps or trajectory.done):
+                wire.action = action
+                wire.cause = None
+                if action != subject.noop_action():
+                    driver.first_action = action
+                if transport == "http":
+                    reply = await http_call(
+                        driver, driver.dialect.reset_path, method="POST", json_body=kwargs
+                    )
+                    if isinstance(reply.json, dict):
+                        wire.nested_observation = isinstance(reply.json.get("observation"), dict)
+                return
+            step_errors.append(error or "step was not answered")
+    driver.transport = None
+    driver.dialect = OPENENV_HTTP
+    if not routes:
+        wire.cause = "the server has neither a working /ws nor POST /reset and POST /step"
+    elif step_errors:
+        wire.cause = (
+            f"reset works but every step was refused ({len(step_errors)} actions tried): "
+            f"{_most_common(step_errors)}"
+        )
+    else:
+        wire.cause = f"every reset failed ({len(reset_errors)} tried): {_most_common(reset_errors)}"
+
+
+#: Most first actions tried on one transport before the env is said to refuse them all.
+MAX_FIRST_ACTIONS = 8
+
+
+def _once(action: JsonObject) -> ActionPolicy:
+    """A policy that sends ``action`` once."""
+    return lambda i, _r: action if i == 0 else None
+
+
+def _with_reset_keys(dialect: HttpDialect, kwargs: JsonObject) -> HttpDialect:
+    keys = tuple(kwargs)
+    if dialect.reset_keys is not None:
+        keys = tuple(k for k in dialect.reset_keys if k in kwargs) or keys
+    return dialect.model_copy(update={"reset_keys": keys or ()})
+
+
+def _text(error: Exception | None) -> str | None:
+    return f"{type(error).__name__}: {error}"[:300] if error is not None else None
+
+
+def _most_common(errors: list[str]) -> str:
+    """The error seen most often (the first of them on a tie), shortened."""
+    best = max(errors, key=errors.count) if errors else "no answer"
+    return best[:300]
 
 
 async def discover_wire(subject: Subject) -> Wire:
-    """Learn how the server speaks: its schemas, then ``/ws``, else the HTTP fallback.
+    """Learn how the server speaks, and find a first episode that plays.
 
-    The driver is set up with what is found (transport and schemas), so that every episode
-    after this one speaks the server's wire.
+    The schemas come from ``/schema``, else from the request bodies ``/openapi.json``
+    describes; the transport is ``/ws`` when it speaks OpenEnv's protocol, else HTTP in the
+    dialect the OpenAPI document gives (or, without one, OpenEnv's wrapped body and then the
+    bare one). Reset kwargs and first actions are tried until one episode plays. The driver is
+    set up with what is found, so every later episode speaks the server's wire.
     """
     driver = subject.driver
     reply = await http_call(driver, "/schema")
     body = reply.json if isinstance(reply.json, dict) else {}
+    wire = Wire(schema_reply=reply)
     if reply.status == 200 and all(
         _is_json_schema(body.get(key)) for key in ("action", "observation", "state")
     ):
         driver.schema = body
-    wire = Wire(schema_reply=reply)
+        wire.schema_source = "schema"
+    wire.openapi_reply = await http_call(driver, "/openapi.json")
+    dialect, openapi_action = _openapi_action(wire.openapi_reply)
+    wire.openapi_action = openapi_action
+    declared = driver.action_schema
+    if openapi_action is not None:
+        if declared is None:
+            driver.schema = {**(driver.schema or {}), "action": openapi_action}
+            wire.schema_source = "openapi"
+        else:
+            wire.schema_disagreement = _disagreement(inline(declared, declared), openapi_action)
+            if wire.schema_disagreement:
+                driver.schema = {**(driver.schema or {}), "action": openapi_action}
+                wire.schema_source = "openapi"
     wire.ws_frame = json.dumps(
         {"type": "reset", "data": {"seed": 1, "episode_id": "taskhub-ws-probe"}}
     )
@@ -250,11 +409,27 @@ async def discover_wire(subject: Subject) -> Wire:
             wire.ws_reply = await raw_recv(ws, driver.config.op_timeout_s)
     except EnvConnectError as exc:
         wire.ws_error = str(exc)
-        if await _has_http_episodes(subject):
-            driver.transport = "http"
+    if wire.ws_reply is not None:
+        wire.ws_usable = wire.ws_reply.kind == "observation" or (
+            wire.ws_reply.kind == "error" and wire.ws_reply.code is not None
+        )
+    dialects: list[HttpDialect] = []
+    if dialect is not None:
+        dialects = [dialect]
+        if openapi_action is None:  # an untyped step body: either shape may be the one
+            dialects.append(dialect.model_copy(update={"wrap_action": not dialect.wrap_action}))
+    elif await _has_http_episodes(subject):
+        dialects = [OPENENV_HTTP, OPENENV_HTTP.model_copy(update={"wrap_action": False})]
+    wire.http_dialect = dialects[0] if dialects else None
+    if (
+        wire.ws_reply is not None
+        and wire.ws_reply.kind == "error"
+        and wire.ws_reply.code == ("CAPACITY_REACHED")
+    ):
+        driver.transport = "ws"  # a server at capacity: protocol.websocket reports it
+        wire.cause = "/ws refused the first session with CAPACITY_REACHED"
         return wire
-    if wire.ws_reply.kind in ("observation", "error"):
-        driver.transport = "ws"
+    await _try_to_play(subject, wire, dialects)
     return wire
 
 
@@ -288,9 +463,12 @@ async def check_websocket(subject: Subject) -> Finding:
     if reply.kind == "error":
         # the protocol works; the reset itself failed on these kwargs (protocol.episode judges)
         return passed("/ws answers frames (reset with a bare seed was refused)", evidence=evidence)
+    fallback = " (episodes were played over HTTP instead)" if transport == "http" else ""
     return failed(
-        f"/ws answered reset with {reply.kind}",
-        'Answer {"type": "reset"} frames with {"type": "observation", "data": {...}}.',
+        f"/ws answered OpenEnv's reset frame with {reply.kind}: it speaks another "
+        f"protocol{fallback}",
+        'Answer {"type": "reset"} frames with {"type": "observation", "data": {...}} '
+        "(create_app's /ws does), or serve no /ws at all.",
         evidence=evidence,
     )
 
@@ -313,12 +491,16 @@ async def _has_http_episodes(subject: Subject) -> bool:
 )
 async def check_episode(subject: Subject) -> Finding:
     """A whole episode runs: reset, then a step, both answered with observations."""
-    await subject.get(WIRE)
+    wire = await subject.get(WIRE)
     transport = subject.driver.transport
-    if transport is None:
+    if transport is None or wire.cause is not None:
         return failed(
-            "the server speaks neither the WebSocket protocol nor the HTTP fallback",
-            "Serve /ws (or at least POST /reset and POST /step) as OpenEnv's create_app does.",
+            f"no episode plays: {wire.cause}",
+            "Serve /ws (or at least POST /reset and POST /step) as OpenEnv's create_app does; "
+            "reset() must return an observation and step() must accept the actions the "
+            "schema describes.",
+            measured={"attempts": len(wire.attempts)},
+            evidence=wire.attempts[-6:],
         )
     task = subject.tasks[0] if subject.tasks else None
     kwargs = subject.reset_kwargs(task) if task is not None else {"seed": 1}
@@ -331,7 +513,7 @@ async def check_episode(subject: Subject) -> Finding:
         return failed(
             f"an episode does not run over {transport}: {trajectory.error}",
             "reset() must return an observation for the taskset's kwargs and step() must "
-            "accept the action schema's emptiest action.",
+            "accept the actions the schema describes.",
             evidence=evidence,
         )
     if not trajectory.steps and not trajectory.first.done:
@@ -340,9 +522,46 @@ async def check_episode(subject: Subject) -> Finding:
         )
     return passed(
         f"reset and step answer with observations over {transport}",
-        measured={"transport": transport},
+        measured={"transport": transport, "first_action": action},
         evidence=evidence,
     )
+
+
+@check("protocol.wire_format", level="protocol", needs=("server",), uses=("protocol.episode",))
+async def check_wire_format(subject: Subject) -> Finding:
+    """Episodes speak OpenEnv's wire format: ``/ws`` frames, or OpenEnv's HTTP routes and bodies.
+
+    A server in another dialect is still played (every later check runs over what works);
+    this is the one finding that says how it differs, so that OpenEnv's own clients can talk
+    to it.
+    """
+    wire = await subject.get(WIRE)
+    driver = subject.driver
+    if driver.transport is None or wire.cause is not None:
+        return skipped("no episode plays (protocol.episode says why)")
+    if driver.transport == "ws":
+        return passed("episodes run over /ws in OpenEnv's frames")
+    dialect = driver.dialect
+    differences = []
+    if not dialect.wrap_action:
+        differences.append('the step body is the bare action, not {"action": {...}}')
+    if wire.nested_observation is False:
+        differences.append(
+            'replies carry the observation at the top level, not under "observation"'
+        )
+    if (dialect.reset_path, dialect.step_path) != ("/reset", "/step"):
+        differences.append(f"the routes are {dialect.reset_path} and {dialect.step_path}")
+    measured: JsonObject = {"dialect": dialect.model_dump(), "nested": wire.nested_observation}
+    if differences:
+        return failed(
+            f"the HTTP episode routes differ from OpenEnv's wire format: {'; '.join(differences)}",
+            "Serve the env with OpenEnv's create_app (POST /reset, POST /step with "
+            '{"action": {...}}, replies {"observation": {...}, "reward": r, "done": d}, and '
+            "/ws), so that OpenEnv's clients and trainers can play it.",
+            measured=measured,
+            evidence=differences,
+        )
+    return passed("the HTTP episode routes speak OpenEnv's bodies", measured=measured)
 
 
 def _client(subject: Subject) -> EnvClient:
@@ -359,7 +578,7 @@ def _client(subject: Subject) -> EnvClient:
 async def check_concurrency(subject: Subject) -> Finding:
     """The server serves as many concurrent sessions as declared (or as it was asked for)."""
     declared = subject.env.declared_sessions
-    asked = declared or (subject.config.sessions if subject.driver.server is not None else None)
+    asked = declared or subject.config.sessions
     probe = min(asked or subject.config.sessions, 16)
     clients = [_client(subject) for _ in range(probe)]
     task = subject.tasks[0] if subject.tasks else None
@@ -400,7 +619,7 @@ async def check_concurrency(subject: Subject) -> Finding:
             measured=measured,
             evidence=errors[:5],
         )
-    if asked is not None and achieved < probe:
+    if achieved < probe:
         return failed(
             f"asked for {asked} concurrent sessions, served {achieved} "
             f"({outcomes.count('CAPACITY_REACHED')} CAPACITY_REACHED)",
@@ -513,6 +732,17 @@ async def _probe_ws(subject: Subject, probe: Probe) -> JsonObject:
     return outcome
 
 
+async def _http_reset(subject: Subject) -> None:
+    task = subject.tasks[0] if subject.tasks else None
+    kwargs = subject.reset_kwargs(task) if task else {"seed": 1}
+    keys = subject.driver.dialect.reset_keys
+    if keys is not None:
+        kwargs = {k: v for k, v in kwargs.items() if k in keys}
+    await http_call(
+        subject.driver, subject.driver.dialect.reset_path, method="POST", json_body=kwargs
+    )
+
+
 async def _probe_http(subject: Subject, name: str, path: str, content: bytes) -> JsonObject:
     reply = await http_call(subject.driver, path, method="POST", content=content)
     outcome: JsonObject = {"probe": name, **reply.evidence()}
@@ -551,13 +781,23 @@ async def check_malformed_input(subject: Subject) -> Finding:
                 outcomes[-1]["problem"] = f"the server died on it: {why}"
                 break
     else:
-        bad_action = invalid_action(subject.driver.action_schema) or {"__taskhub_invalid__": {}}
-        for name, path, body in (
-            ("bad_json", "/step", b"{not json"),
-            ("invalid_action", "/step", json.dumps({"action": bad_action}).encode()),
-            ("non_object", "/reset", b"[1, 2, 3]"),
-        ):
-            outcomes.append(await _probe_http(subject, name, path, body))
+        dialect = subject.driver.dialect
+        schema = subject.driver.action_schema
+        bad_action = invalid_action(schema) or {"__taskhub_invalid__": {}}
+        body = {"action": bad_action} if dialect.wrap_action else bad_action
+        http_probes = [
+            ("bad_json", dialect.step_path, b"{not json"),
+            ("invalid_action", dialect.step_path, json.dumps(body).encode()),
+        ]
+        if dialect.reset_keys != ():  # a reset route that takes no body may ignore it
+            http_probes.append(("non_object", dialect.reset_path, b"[1, 2, 3]"))
+        if (schema or {}).get("required"):
+            empty: JsonObject = {"action": {}} if dialect.wrap_action else {}
+            http_probes.insert(2, ("missing_fields", dialect.step_path, json.dumps(empty).encode()))
+        for name, path, content in http_probes:
+            if name != "non_object":
+                await _http_reset(subject)  # a live episode, so that only the body is at fault
+            outcomes.append(await _probe_http(subject, name, path, content))
             alive, why = await _alive(subject)
             if not alive:
                 outcomes[-1]["problem"] = f"the server died on it: {why}"

@@ -13,14 +13,17 @@ import math
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from taskhub import EnvCapacityError, EnvError, EnvLaunchError, EnvTimeout, canonical_json
+from taskhub import EnvCapacityError, EnvError, EnvLaunchError, EnvTimeout, Task, canonical_json
 
 from ._check import Finding, check, failed, passed, skipped
 from ._driver import (
     Trajectory,
+    field_diff,
     http_call,
+    masked,
     observation_key,
     open_fds,
     percentile,
@@ -28,8 +31,9 @@ from ._driver import (
 )
 from ._episodes import COMPARE_STEPS, ORACLE_RUNS, REFERENCE_RUNS
 from ._json import JsonObject
+from ._protocol import WIRE
 from ._semantic import SEMANTIC_AFTER, answered, leaking_paths
-from ._subject import Subject, noop_policy
+from ._subject import Product, Subject, noop_policy
 
 # --- runtime.startup ---------------------------------------------------------------------------
 
@@ -51,11 +55,16 @@ async def check_startup(subject: Subject) -> Finding:
                 evidence=[str(exc)[-3000:]],
             )
         driver.sample_rss()
+        answered = (
+            "/health answered"
+            if driver.health_path == "/health"
+            else f"{driver.health_path} answered (/health answers 404)"
+        )
         return passed(
-            f"launched {subject.root.name} and /health answered in "
-            f"{time.perf_counter() - started:.2f}s",
+            f"launched {subject.root.name} and {answered} in {time.perf_counter() - started:.2f}s",
             measured={
                 "startup_s": round(time.perf_counter() - started, 3),
+                "health_path": driver.health_path,
                 "pid": server.process.pid,
                 "url": server.url,
             },
@@ -125,24 +134,65 @@ async def check_state_contract(subject: Subject) -> Finding:
 # --- runtime.seed_control ----------------------------------------------------------------------
 
 
-@check("runtime.seed_control", level="runtime", needs=("episode",))
-async def check_seed_control(subject: Subject) -> Finding:
-    """The same seed gives the same initial observation (and other seeds may differ)."""
+@dataclass
+class SeedProbe:
+    """Resets of one task: the same seed twice (fresh sessions, then one session), other seeds."""
+
+    task: Task
+    seed: int
+    episode_id: str
+    fresh: list[Trajectory] = field(default_factory=list)
+    same_session: list[JsonObject] = field(default_factory=list)
+    same_session_error: str | None = None
+    others: list[Trajectory] = field(default_factory=list)
+
+    def key(self, observation: dict[str, Any]) -> str:
+        """The observation without metadata, the episode id masked."""
+        return observation_key(masked(observation, {self.episode_id}))
+
+
+async def probe_seeds(subject: Subject) -> list[SeedProbe]:
+    """Reset the first and last task with one seed twice and with two other seeds.
+
+    Every reset of one task carries the same episode id, so that an observation that echoes
+    it still compares equal; the id is masked as well.
+    """
     tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
-    mismatches: list[Any] = []
-    distinct_total = 0
-    seeds_used: list[int] = []
+    driver = subject.driver
+    probes = []
     for task in tasks:
         seed = task.reset.get("seed")
         base = seed if isinstance(seed, int) and not isinstance(seed, bool) else 1234
-        seeds = [base, base, base + 1, base + 7919]
-        seeds_used.append(base)
-        runs = [
-            await subject.driver.play(
-                subject.reset_kwargs(task, seed=s), lambda i, r: None, max_steps=0
-            )
-            for s in seeds
-        ]
+        probe = SeedProbe(task, base, driver.episode_id("seed"))
+
+        def kwargs(value: int, probe: SeedProbe = probe) -> JsonObject:
+            return {**subject.reset_kwargs(probe.task, seed=value), "episode_id": probe.episode_id}
+
+        for _ in range(2):
+            probe.fresh.append(await driver.play(kwargs(base), lambda i, r: None, max_steps=0))
+        try:
+            async with driver.session() as session:
+                for _ in range(2):
+                    probe.same_session.append((await session.reset(**kwargs(base))).observation)
+        except EnvError as exc:
+            probe.same_session_error = f"{type(exc).__name__}: {exc}"[:300]
+        for value in (base + 1, base + 7919):
+            probe.others.append(await driver.play(kwargs(value), lambda i, r: None, max_steps=0))
+        probes.append(probe)
+    return probes
+
+
+#: Same-seed and other-seed resets (seed control and seed effect read them).
+SEED_PROBES = Product("seed_probes", probe_seeds)
+
+
+@check("runtime.seed_control", level="runtime", needs=("episode",))
+async def check_seed_control(subject: Subject) -> Finding:
+    """The same seed gives the same initial observation, in fresh sessions and in one session."""
+    probes = await subject.get(SEED_PROBES)
+    mismatches: list[Any] = []
+    for probe in probes:
+        runs = probe.fresh + probe.others
         broken = [r for r in runs if r.error is not None or r.first is None]
         if broken:
             return failed(
@@ -150,33 +200,75 @@ async def check_seed_control(subject: Subject) -> Finding:
                 "reset() must accept a seed.",
                 evidence=[broken[0].describe()],
             )
-        keys = [observation_key(r.first.observation) for r in runs if r.first is not None]
-        distinct_total += len(set(keys[2:]) | {keys[0]})
-        if keys[0] != keys[1]:
+        first, second = (r.first.observation for r in probe.fresh if r.first is not None)
+        if probe.key(first) != probe.key(second):
             mismatches.append(
-                {"seed": base, "first": runs[0].describe(), "second": runs[1].describe()}
+                {
+                    "seed": probe.seed,
+                    "where": "two fresh sessions",
+                    "diff": field_diff(first, second, "observation"),
+                }
             )
+        elif len(probe.same_session) == 2:
+            again_a, again_b = probe.same_session
+            if probe.key(again_a) != probe.key(again_b):
+                mismatches.append(
+                    {
+                        "seed": probe.seed,
+                        "where": "two resets in one session",
+                        "diff": field_diff(again_a, again_b, "observation"),
+                    }
+                )
     measured: JsonObject = {
-        "seeds": seeds_used,
+        "seeds": [p.seed for p in probes],
         "same_seed_mismatches": len(mismatches),
-        "distinct_initial_observations": distinct_total,
+        "same_session": all(len(p.same_session) == 2 for p in probes),
     }
     if mismatches:
+        first_mismatch = mismatches[0]
         return failed(
-            f"two resets with seed {mismatches[0]['seed']} gave different initial observations",
+            f"two resets with seed {first_mismatch['seed']} ({first_mismatch['where']}, same "
+            f"episode id) gave different initial observations: {first_mismatch['diff'][0]}",
             "Draw every random choice from a generator seeded by reset(seed=...) "
-            "(random.Random(seed)), never from global or unseeded randomness.",
+            "(random.Random(seed)), never from global or unseeded randomness, clocks or "
+            "per-instance counters; keep timestamps out of observations.",
             measured=measured,
             evidence=mismatches[:2],
         )
-    if distinct_total == len(tasks):
-        return passed(
-            "each seed reproduces its initial observation (which no seed changes)",
+    return passed("each seed reproduces its initial observation", measured=measured)
+
+
+@check("runtime.seed_effect", level="runtime", needs=("episode",), after=("runtime.seed_control",))
+async def check_seed_effect(subject: Subject) -> Finding:
+    """Different seeds give different starts: the seed reaches the env's randomness.
+
+    With a taskset whose rows differ in more than their seed, the rows select the scenario and
+    the seed need not change it; without one, resets differ only by their seed, and a seed
+    that changes nothing means one fixed scenario.
+    """
+    if any(
+        {k: v for k, v in t.reset.items() if k != "seed"}
+        != {k: v for k, v in subject.tasks[0].reset.items() if k != "seed"}
+        for t in subject.tasks
+    ):
+        return skipped("the taskset's rows select the scenario: the seed need not change it")
+    probes = await subject.get(SEED_PROBES)
+    distinct = []
+    for probe in probes:
+        keys = {probe.key(r.first.observation) for r in probe.fresh + probe.others if r.first}
+        distinct.append(len(keys))
+    measured: JsonObject = {"seeds": [p.seed for p in probes], "distinct_starts": distinct}
+    if all(n == 1 for n in distinct):
+        seeds = [probes[0].seed, probes[0].seed + 1, probes[0].seed + 7919]
+        return failed(
+            f"seeds {seeds} all gave the same initial observation: the seed changes nothing",
+            "Build the episode from reset(seed=...): draw the scenario from random.Random(seed) "
+            "so that seeds select different starts (or say in the README that the env is "
+            "deterministic with one fixed scenario).",
             measured=measured,
+            evidence=[probes[0].fresh[0].describe(2)],
         )
-    return passed(
-        "each seed reproduces its initial observation; other seeds differ", measured=measured
-    )
+    return passed("other seeds give other starts", measured=measured)
 
 
 # --- runtime.episode_determinism ---------------------------------------------------------------
@@ -453,9 +545,7 @@ async def check_reward_well_formed(subject: Subject) -> Finding:
         if exchange.op not in ("reset", "step"):
             continue
         if exchange.error is not None:
-            if "reward" in exchange.error:
-                problems.append(exchange.evidence())
-            continue
+            continue  # a refusal returned no reward
         reward = (exchange.reply or {}).get("reward")
         if reward is None:
             if exchange.op == "step":
@@ -484,8 +574,8 @@ async def check_reward_well_formed(subject: Subject) -> Finding:
         what = first.get("problem") or first.get("error") if isinstance(first, dict) else first
         return failed(
             f"{len(problems)} ill-formed reward(s): {what}",
-            "Return a finite number in the declared validation.reward.range from every step "
-            "(null only on reset).",
+            "Return a finite number in the declared reward range from every step (null only "
+            "on reset), or declare the range the step rewards really take.",
             measured=measured,
             evidence=problems[:5],
         )
@@ -664,3 +754,153 @@ async def check_oracle_containment(subject: Subject) -> Finding:
             evidence=[{"task_id": example.task_id, "answer": example.answer, "states": states[:2]}],
         )
     return passed(f"state() holds no answer in {checked} tasks", measured=measured)
+
+
+# --- runtime.http_episode ----------------------------------------------------------------------
+
+
+async def _http_state(session: Any) -> tuple[JsonObject | None, str | None]:
+    try:
+        return await session.state(), None
+    except EnvError as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _stateless(what: str, measured: JsonObject) -> Finding:
+    """A /ws server whose HTTP routes serve a fresh env per request: reported, not failed.
+
+    OpenEnv's own ``create_app`` serves HTTP that way (its episodes run over ``/ws``), so the
+    finding says so and leaves the weight to whoever reads ``measured.http_stateless``.
+    """
+    return skipped(
+        f"{what}: the HTTP routes serve a fresh env per request (as OpenEnv's create_app "
+        "does); episodes were played over /ws"[:600],
+        measured={**measured, "http_stateless": True},
+        remediation="To let HTTP clients play, keep the env of an HTTP episode between "
+        "requests; else document /ws as the only transport.",
+    )
+
+
+@check("runtime.http_episode", level="runtime", needs=("episode",))
+async def check_http_episode(subject: Subject) -> Finding:
+    """An episode over HTTP keeps its state between requests, and each client its own.
+
+    A server that plays over ``/ws`` and also serves ``POST /reset`` and ``/step`` must carry
+    the episode across those requests (not build a fresh env for each: a ``/step`` that
+    answers 500 or never advances). A server that plays only over HTTP must not let a second
+    client's reset change the first client's episode (one global env for every client).
+    """
+    driver = subject.driver
+    wire = await subject.get(WIRE)
+    dialect = wire.http_dialect
+    if dialect is None:
+        return skipped("the server has no HTTP episode routes (POST /reset and /step)")
+    task = subject.tasks[0]
+    action = subject.noop_action()
+    kwargs = subject.reset_kwargs(task, tag="http-a")
+    evidence: list[Any] = []
+    measured: JsonObject = {"transport": driver.transport, "dialect": dialect.model_dump()}
+    async with driver.session("http", dialect) as first:
+        try:
+            await first.reset(**kwargs)
+        except EnvError as exc:
+            return skipped(f"an HTTP reset failed: {exc}"[:400])
+        state_0, _ = await _http_state(first)
+        try:
+            result = await first.step(action)
+        except EnvError as exc:
+            if driver.transport == "ws":
+                return _stateless(
+                    f"HTTP POST {dialect.step_path} failed right after a successful reset: {exc}",
+                    measured,
+                )
+            return failed(
+                f"HTTP POST {dialect.step_path} failed right after a successful reset: {exc}"[:500],
+                "Keep one env per episode across HTTP requests (or serve episodes over /ws "
+                "only): a /step on a fresh, never-reset env fails or acts on a blank episode.",
+                measured=measured,
+                evidence=[{"reset": kwargs, "action": action, "error": str(exc)[:400]}],
+            )
+        state_1, state_error = await _http_state(first)
+        if state_0 is not None and state_error is not None:
+            return failed(
+                f"GET {dialect.state_path} answered after the reset but failed after a step: "
+                f"{state_error}",
+                "Keep one env per episode across HTTP requests.",
+                measured=measured,
+            )
+        if driver.transport == "ws":
+            if state_1 is None and state_error is not None and "HTTP 5" in state_error:
+                return _stateless(
+                    f"GET {dialect.state_path} failed after an HTTP reset and step: {state_error}",
+                    measured,
+                )
+            count_0 = (state_0 or {}).get("step_count")
+            count_1 = (state_1 or {}).get("step_count")
+            measured["step_count"] = [count_0, count_1]
+            if isinstance(count_0, int) and count_0 == count_1 and not result.done:
+                over_ws = await driver.play(
+                    subject.reset_kwargs(task, tag="http-ws"),
+                    noop_policy(subject),
+                    max_steps=1,
+                    snapshots=True,
+                )
+                counts = [s.get("step_count") for s in over_ws.states]
+                if over_ws.final_state is not None:
+                    counts.append(over_ws.final_state.get("step_count"))
+                measured["ws_step_count"] = counts
+                if len(set(counts)) < 2:
+                    return passed(
+                        "HTTP /step answers; the state counts steps no more over /ws than over "
+                        "HTTP (runtime.state_contract judges it)",
+                        measured=measured,
+                    )
+                return _stateless(
+                    f"HTTP /step did not advance the episode: step_count stayed {count_0}",
+                    measured,
+                )
+            return passed("HTTP /reset and /step carry an episode", measured=measured)
+        if state_1 is None:
+            return skipped(
+                f"the server has no working state route ({state_error}): whether HTTP clients "
+                "share one env cannot be seen"
+            )
+        again, _ = await _http_state(first)
+        if again != state_1:
+            return skipped(
+                "two GET /state calls with nothing in between differ (the state holds a clock "
+                "or counter): whether HTTP clients share one env cannot be seen",
+                measured={**measured, "state_drift": field_diff(state_1, again)},
+            )
+        other = subject.reset_kwargs(
+            subject.tasks[-1], seed=int(kwargs.get("seed", 0)) + 1, tag="http-b"
+        )
+        async with driver.session("http", dialect) as second:
+            try:
+                await second.reset(**other)
+            except EnvError as exc:
+                return skipped(f"a second client's reset failed: {exc}"[:300])
+        state_2, _ = await _http_state(first)
+        changes = field_diff(state_1, state_2)
+        measured["changed_fields"] = len(changes)
+        evidence.append(
+            {
+                "client_a_reset": kwargs,
+                "client_b_reset": other,
+                "client_a_state_before": state_1,
+                "client_a_state_after": state_2,
+                "diff": changes,
+            }
+        )
+        if changes:
+            return failed(
+                "a second HTTP client's reset changed the first client's episode "
+                f"(one global env serves every client): {'; '.join(changes[:3])}",
+                "Keep one env per client (a session id in the request, or /ws sessions): "
+                "with one module-level env, concurrent episodes trample each other.",
+                measured=measured,
+                evidence=evidence,
+            )
+    return passed(
+        "a second HTTP client's reset left the first client's episode alone", measured=measured
+    )

@@ -40,14 +40,19 @@ SEMANTIC_AFTER = ("runtime.episode_determinism", "taskset.reset_params")
 async def check_oracle_max(subject: Subject) -> Finding:
     """The reference solution reaches the maximum reward (within the declared tolerance)."""
     oracle = await subject.get(ORACLE_RUNS)
-    if not oracle.runs:
+    if not oracle.runs and oracle.why_not is not None:
         return failed(
-            oracle.why_not
-            or "no oracle: no taskset row carries an answer or oracle_actions, and the "
-            "manifest declares no oracle",
-            "Give the env a way to show its verifier awards max reward: taskset rows with "
-            "`answer` or `oracle_actions` (--taskset), or a data oracle in openenv.yaml "
-            "(validation.capabilities.oracle).",
+            oracle.why_not,
+            "Point validation.capabilities.oracle at a JSON file of "
+            '{"reset": {...}, "actions": [...]} episodes inside the package.',
+        )
+    if not oracle.runs:
+        return skipped(
+            "no oracle: no taskset row carries an answer or oracle_actions, and the manifest "
+            "declares no oracle",
+            remediation="To check that the verifier awards the maximum reward, give taskset "
+            "rows an `answer` or `oracle_actions` (--taskset), or declare a data oracle in "
+            "openenv.yaml (validation.capabilities.oracle).",
         )
     high = subject.reward_range[1]
     tolerance = subject.oracle_tolerance

@@ -352,10 +352,13 @@ async def check_resource_declaration(subject: Subject) -> Finding:
     """validation.resources declares cpu, memory_mb, disk_mb and episode_timeout_s."""
     manifest = subject.env.manifest
     if manifest is None or manifest.resources is None:
+        era = manifest is not None and manifest.validation is None
         return failed(
-            "openenv.yaml declares no resources",
-            "Declare validation.resources (cpu, memory_mb, disk_mb, episode_timeout_s) in "
-            "openenv.yaml.",
+            "openenv.yaml declares no resources"
+            + (" (it predates the validation: block)" if era else ""),
+            "Add to openenv.yaml:\nvalidation:\n  resources:\n    cpu: 1\n    memory_mb: 1024\n"
+            "    disk_mb: 512\n    episode_timeout_s: 300\n(what one episode of the env needs).",
+            measured={"pre_validation_manifest": era},
         )
     if manifest.resource_problems:
         return failed(
@@ -375,9 +378,11 @@ async def check_timeout_ceiling(subject: Subject) -> Finding:
     ceiling = subject.policy.bounds.max_episode_timeout_s
     measured: JsonObject = {"episode_timeout_s": timeout, "ceiling_s": ceiling}
     if timeout is None:
+        measured["pre_validation_manifest"] = manifest is not None and manifest.validation is None
         return failed(
             "no episode timeout is declared",
-            "Declare validation.resources.episode_timeout_s in openenv.yaml.",
+            "Add validation.resources.episode_timeout_s to openenv.yaml: the seconds one "
+            f"episode may take (at most {ceiling:g}).",
             measured=measured,
         )
     if timeout > ceiling:

@@ -49,9 +49,15 @@ class EnvDescription:
 
     @property
     def declared_range(self) -> tuple[float, float] | None:
-        """The reward range the manifest declares, if it declares one."""
-        if self.manifest is None or self.manifest.validation is None:
+        """The reward range the manifest declares, if it declares one.
+
+        ``validation.reward.range``; in a manifest without that block, the keys used in the
+        wild (``reward_range``, ``evaluation.reward_range``).
+        """
+        if self.manifest is None:
             return None
+        if self.manifest.validation is None:
+            return self.manifest.wild_reward_range
         return self.manifest.reward_range
 
     @property
@@ -167,7 +173,12 @@ class Subject:
     # --- actions -------------------------------------------------------------------------
 
     def noop_action(self) -> JsonObject:
-        """The emptiest valid action: empty strings, zeros, first enum options."""
+        """The emptiest valid action: empty strings, zeros, first enum options.
+
+        When the env refused that one, the first action it accepted (``protocol.WIRE``).
+        """
+        if self.driver.first_action is not None:
+            return dict(self.driver.first_action)
         schema = self.driver.action_schema
         props = action_properties(schema)
         required = set((schema or {}).get("required", []))

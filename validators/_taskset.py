@@ -11,10 +11,10 @@ from typing import Any
 from taskhub import EnvExecutionError, canonical_json
 
 from ._check import Finding, check, failed, passed, skipped
-from ._driver import observation_key, stable_state
+from ._driver import masked, observation_key, stable_state
 from ._json import JsonObject
 from ._static import reset_parameters
-from ._subject import Subject
+from ._subject import Subject, noop_policy
 
 #: Reset keys every env gets from the validator itself.
 PROTOCOL_KEYS = frozenset({"seed", "episode_id"})
@@ -72,14 +72,18 @@ async def check_reset_params(subject: Subject) -> Finding:
     effects: dict[str, str] = {}
     for key in keys:
         effects[key] = await _key_effect(subject, key)
-    dropped = [k for k, effect in effects.items() if effect == "none"]
     folder = subject.env.folder
     accepted = reset_parameters(folder) if folder is not None else None
+    for key, effect in list(effects.items()):
+        if effect == "none" and accepted is not None and key in accepted:
+            # reset() takes it: confirm over a few steps before calling it dropped
+            effects[key] = await _key_effect(subject, key, steps=2)
+    dropped = [k for k, effect in effects.items() if effect == "none"]
     if accepted is not None:
         unknown = [k for k in keys if k not in accepted]
         for key in unknown:
-            if key not in dropped:
-                dropped.append(key)
+            if effects.get(key) == "untested" and key not in dropped:
+                dropped.append(key)  # outside the signature, and no row tells otherwise
         evidence.append({"reset_signature": accepted, "keys_outside_it": unknown})
     if dropped:
         problems.append(
@@ -109,10 +113,12 @@ async def check_reset_params(subject: Subject) -> Finding:
     )
 
 
-async def _key_effect(subject: Subject, key: str) -> str:
+async def _key_effect(subject: Subject, key: str, *, steps: int = 0) -> str:
     """Whether substituting another row's value for ``key`` changes the start.
 
     ``changes``, ``none`` when it never does, ``untested`` when no two rows differ in it.
+    With ``steps``, the do-nothing episodes of that many steps are compared as well (a key
+    may shape the episode without showing in its first observation).
     """
     tried = 0
     for task_a in subject.tasks:
@@ -126,6 +132,15 @@ async def _key_effect(subject: Subject, key: str) -> str:
             variant = dict(base)
             variant[key] = task_b.reset[key]
             variant["episode_id"] = base["episode_id"]
+            if steps:
+                policy = noop_policy(subject)
+                played = [
+                    await subject.driver.play(kwargs, policy, max_steps=steps, snapshots=True)
+                    for kwargs in (base, variant)
+                ]
+                if played[0].signature() != played[1].signature():
+                    return "changes"
+                continue
             start_a, start_variant = await _initial(subject, base), await _initial(subject, variant)
             if isinstance(start_variant, str) or start_a != start_variant:
                 return "changes"
@@ -224,4 +239,95 @@ async def check_unknown_values_refused(subject: Subject) -> Finding:
         )
     return passed(
         f"unknown values of {', '.join(probes)} were refused with an error", measured=measured
+    )
+
+
+# --- taskset.manifest_tasks --------------------------------------------------------------------
+
+#: Reset keys that select a task, in the order they are tried when the server does not say.
+TASK_KEYS = ("task_id", "task", "task_name", "task_type")
+#: Declared tasks reset by the manifest task check.
+MANIFEST_TASK_PROBES = 4
+
+
+def task_key(subject: Subject) -> str:
+    """The reset key that selects a task: one the reset route declares, else ``task_id``."""
+    keys = subject.driver.dialect.reset_keys if subject.driver.transport == "http" else None
+    for key in TASK_KEYS:
+        if keys is not None and key in keys:
+            return key
+    return "task_id"
+
+
+@check("taskset.manifest_tasks", level="taskset", needs=("episode",))
+async def check_manifest_tasks(subject: Subject) -> Finding:
+    """An unknown task id is refused, not served as the default task the manifest's ids avoid.
+
+    Without a taskset, the manifest's ``tasks:`` are the tasks. Where resetting with the
+    declared ids starts different episodes (the key selects tasks), an id no task has must be
+    refused rather than start the same episode as a reset without one.
+    """
+    manifest = subject.env.manifest
+    declared = manifest.tasks if manifest is not None else []
+    if not declared:
+        return skipped("the manifest lists no tasks")
+    key = task_key(subject)
+    seed = 4242
+    starts: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for task_id in declared[:MANIFEST_TASK_PROBES]:
+        kwargs = {"seed": seed, key: task_id, "episode_id": subject.driver.episode_id("task")}
+        trajectory = await subject.driver.play(kwargs, lambda i, r: None, max_steps=0)
+        if trajectory.first is None:
+            errors[task_id] = f"{type(trajectory.error).__name__}: {trajectory.error}"[:300]
+            continue
+        starts[task_id] = observation_key(
+            masked(trajectory.first.observation, {str(kwargs["episode_id"])})
+        )
+    unknown_kwargs = {"seed": seed, key: "taskhub-no-such-task", "episode_id": "taskhub-task-x"}
+    unknown = await subject.driver.play(unknown_kwargs, lambda i, r: None, max_steps=0)
+    default_kwargs = {"seed": seed, "episode_id": "taskhub-task-x"}
+    default = await subject.driver.play(default_kwargs, lambda i, r: None, max_steps=0)
+    ids = {"taskhub-task-x"}
+    served_default = (
+        unknown.first is not None
+        and default.first is not None
+        and observation_key(masked(unknown.first.observation, ids))
+        == observation_key(masked(default.first.observation, ids))
+    )
+    selects = len(set(starts.values())) >= 2
+    measured: JsonObject = {
+        "declared": declared[:20],
+        "key": key,
+        "probed": list(starts),
+        "distinct_starts": len(set(starts.values())),
+        "refused": sorted(errors),
+        "unknown_served_as_default": served_default,
+    }
+    problems = []
+    # only where the key demonstrably selects tasks: then a bad id silently runs the default
+    if selects and served_default:
+        problems.append(
+            f"reset({key}='taskhub-no-such-task') started the same episode as a reset without "
+            f"{key}, while the declared ids start different ones: an unknown task is served "
+            "as the default task"
+        )
+    if problems:
+        return failed(
+            "; ".join(problems),
+            f"Make reset({key}=...) select the task of that id (raise ValueError naming the "
+            "known ids for any other), so that every task the manifest lists can be run.",
+            measured=measured,
+            evidence=[{"unknown_reset": unknown_kwargs, **unknown.describe(1)}, errors],
+        )
+    if not selects:
+        return skipped(
+            f"reset({key}=...) does not tell the declared tasks apart: whether an unknown id "
+            "is served instead cannot be seen",
+            measured=measured,
+        )
+    return passed(
+        f"{len(starts)} declared tasks start differently and an unknown id is not served as "
+        "the default task",
+        measured=measured,
     )

@@ -11,7 +11,14 @@ from taskhub.env._client import (
     Transport,
     split_base_url,
 )
-from taskhub.env._http import OPENENV_HTTP, HttpDialect, HttpEnvSession, fetch_json
+from taskhub.env._http import (
+    OPENENV_HTTP,
+    HttpDialect,
+    HttpEnvSession,
+    fetch_json,
+    learn_http_dialect,
+    parse_http_reply,
+)
 from taskhub.env._launch import (
     EnvHandle,
     EnvTarget,
@@ -19,6 +26,7 @@ from taskhub.env._launch import (
     builtin_envs,
     launch_server,
     probe_transport,
+    probe_wire,
     resolve_env,
     space_url,
     wait_healthy,
@@ -51,8 +59,11 @@ __all__ = [
     "builtin_envs",
     "fetch_json",
     "launch_server",
+    "learn_http_dialect",
     "open_session",
+    "parse_http_reply",
     "probe_transport",
+    "probe_wire",
     "resolve_env",
     "space_url",
     "split_base_url",
