@@ -34,8 +34,9 @@ PAIRS = (
     ("a", "b"),
     ("before", "after"),
 )
-#: Last lines of a log or traceback shown as evidence.
+#: Last lines of a log or traceback shown as evidence, and fields of an object.
 MAX_LOG_LINES = 4
+MAX_DICT_KEYS = 6
 #: Ids named in a folded line before "+N more".
 MAX_IDS = 6
 
@@ -51,6 +52,10 @@ def _short(value: Any, limit: int = MAX_VALUE) -> str:
     text = " ".join(text.split())
     if isinstance(value, str):
         text = repr(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _clip(text: str, limit: int = MAX_VALUE) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -105,6 +110,14 @@ def _evidence_lines(item: Any) -> list[str]:
             line if len(line) <= MAX_VALUE else line[: MAX_VALUE - 3] + "..." for line in lines
         ]
         return (["..."] if len(shown) > MAX_LOG_LINES else []) + shown[-MAX_LOG_LINES:]
+    if isinstance(item, str):
+        return [_clip(" ".join(item.split()), 2 * MAX_VALUE)]
+    if isinstance(item, dict) and item:
+        # the short fields first: a count or a flag says more than a nested observation
+        keys = sorted(item, key=lambda k: (isinstance(item[k], dict | list), str(k)))
+        lines = [f"{k}: {_short(item[k], MAX_VALUE - len(str(k)) - 2)}" for k in keys]
+        more = len(lines) - MAX_DICT_KEYS
+        return lines[:MAX_DICT_KEYS] + ([f"... {more} more field(s)"] if more > 0 else [])
     return [_short(item, 2 * MAX_VALUE)]
 
 
@@ -156,7 +169,8 @@ def _finding(number: int, check: CheckResult, folded: list[str], verbose: bool) 
     if evidence:
         lines.append("     evidence:")
         for item in evidence:
-            lines += ["       " + line for line in _evidence_lines(item)]
+            shown = _evidence_lines(item)
+            lines += ["       - " + shown[0]] + ["         " + line for line in shown[1:]]
         if len(check.evidence) > len(evidence):
             lines.append(f"       ... {len(check.evidence) - len(evidence)} more (see --json)")
     if verbose and check.measured:
