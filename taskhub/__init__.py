@@ -75,6 +75,7 @@ from taskhub._runner import (
 )
 from taskhub._schema import (
     OUTCOMES,
+    RFC008_REPORT_VERSION,
     SCHEMA_VERSION,
     ChatMessage,
     CheckLevel,
@@ -84,6 +85,7 @@ from taskhub._schema import (
     EpisodeRecord,
     ErrorInfo,
     EvalConfig,
+    Lane,
     ModelInfo,
     Outcome,
     PluginSpec,
@@ -140,6 +142,7 @@ __all__ = [
     "EpisodeRecord",
     "ErrorInfo",
     "EvalConfig",
+    "Lane",
     "MissingDependencyError",
     "ModelAuthError",
     "ModelError",
@@ -152,6 +155,7 @@ __all__ = [
     "Progress",
     "PushResult",
     "RESULT_COLUMNS",
+    "RFC008_REPORT_VERSION",
     "RedactionReport",
     "Redactor",
     "RemoteCodeError",

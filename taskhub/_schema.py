@@ -24,6 +24,7 @@ from pydantic import (
     JsonValue,
     SecretStr,
     SerializationInfo,
+    computed_field,
     field_serializer,
     field_validator,
     model_validator,
@@ -657,6 +658,11 @@ Severity = Literal["fail", "warn", "advisory"]
 #: The verdict of a validation: exit code 0 for pass and warn, 1 fail, 2 unsupported, 3 error.
 Verdict = Literal["pass", "warn", "fail", "unsupported", "error"]
 CheckLevel = Literal["static", "protocol", "runtime", "taskset", "semantic", "statistical"]
+#: Who runs a check (RFC 008): ``local`` checks an author can run and fix, ``hub`` checks only
+#: an operator runs (the statistical level, cross-host and publishing checks).
+Lane = Literal["local", "hub"]
+#: Version of RFC 008's report layout whose fields a ValidationReport carries.
+RFC008_REPORT_VERSION = "2"
 
 
 class CheckResult(BaseModel):
@@ -683,6 +689,23 @@ class CheckResult(BaseModel):
     """What the env author should do, when the check did not pass."""
     duration_s: float = 0.0
     """Seconds the check took."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_check_id(cls, data: Any) -> Any:
+        """Accept RFC 008's ``check_id`` (written beside ``id`` by newer reports)."""
+        if isinstance(data, dict) and "check_id" in data:
+            data = dict(data)
+            check_id = data.pop("check_id")
+            if data.setdefault("id", check_id) != check_id:
+                raise ValueError(f"check_id {check_id!r} differs from id {data['id']!r}")
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def check_id(self) -> str:
+        """RFC 008's name of ``id``, written for OpenEnv's tooling."""
+        return self.id
 
 
 class ValidationReport(BaseModel):
@@ -722,3 +745,27 @@ class ValidationReport(BaseModel):
     """The internal error, for verdict ``error``."""
     source_digest: str | None = None
     """sha256 over the env folder's files (paths and contents), when there is a folder."""
+    report_schema_version: str = RFC008_REPORT_VERSION
+    """Version of RFC 008's report layout whose fields this report carries (``policy_version``,
+    ``lane``, ``verdict`` and each check's ``check_id``, ``status``, ``measured``, ``evidence``,
+    ``remediation``)."""
+    policy_version: str = ""
+    """RFC 008's name for the policy that gave the verdict: ``name-version`` (``taskhub-v2``).
+    Reports written before the field existed get it from ``policy``."""
+    lane: Lane = "local"
+    """RFC 008's lane: ``hub`` when the statistical level ran (a model was given), which only
+    an operator runs; else ``local``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_rfc008_fields(cls, data: Any) -> Any:
+        """Derive the RFC 008 fields a report written before they existed lacks."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        policy = data.get("policy")
+        if not data.get("policy_version") and isinstance(policy, dict) and policy.get("name"):
+            data["policy_version"] = f"{policy['name']}-{policy.get('version', '')}".rstrip("-")
+        if "lane" not in data:
+            data["lane"] = "hub" if data.get("model") else "local"
+        return data

@@ -266,6 +266,31 @@ def classify_requirement(text: str) -> tuple[str, str]:
     return name, "lower"
 
 
+#: The OpenEnv library an env that declares none is told to pin.
+CURRENT_OPENENV = "openenv==0.10.0"
+
+
+def openenv_pin(frameworks: list[str], texts: dict[str, str]) -> str:
+    """An exact pin of the OpenEnv library in the distribution and era the env declares.
+
+    An env written for ``openenv-core>=0.2.2`` is told ``openenv-core==0.2.2`` (the version it
+    was written for), not to move to another distribution; one that declares none, the
+    current library.
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for framework in frameworks:
+        try:
+            requirement = Requirement(texts[framework])
+        except (InvalidRequirement, KeyError):
+            continue
+        versions = [s.version for s in requirement.specifier if s.operator in (">=", "~=", "==")]
+        if versions:
+            extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+            return f"{requirement.name}{extras}=={versions[0].removesuffix('.*')}"
+    return CURRENT_OPENENV
+
+
 @check("static.dependency_pinning", level="static", needs=("folder",))
 async def check_dependency_pinning(subject: Subject) -> Finding:
     """Dependencies are pinned: a lock file, or an exact OpenEnv pin and no unversioned package."""
@@ -274,10 +299,12 @@ async def check_dependency_pinning(subject: Subject) -> Finding:
     requirements, problems = declared_requirements(folder)
     classes: dict[str, list[str]] = {}
     names: dict[str, str] = {}
+    texts: dict[str, str] = {}
     for source, text in requirements:
         name, kind = classify_requirement(text)
         classes.setdefault(kind, []).append(f"{source}: {text}")
         names[name] = kind
+        texts[name] = text
     measured: JsonObject = {
         "lock_files": locks,
         "requirements": len(requirements),
@@ -299,8 +326,8 @@ async def check_dependency_pinning(subject: Subject) -> Finding:
     if problems:
         return failed(
             f"{len(problems)} pinning problem(s): {problems[0]}",
-            "Pin the OpenEnv library exactly (openenv==0.10.0), give every other requirement "
-            "a version range, or commit a lock file (uv lock).",
+            f"Pin the OpenEnv library exactly ({openenv_pin(frameworks, texts)}), give every "
+            "other requirement a version range, or commit a lock file (uv lock).",
             measured=measured,
             evidence=problems[:20],
         )

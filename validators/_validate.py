@@ -13,7 +13,7 @@ import logging
 import math
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from taskhub import (
     EnvError,
     EnvLaunchError,
     ErrorInfo,
+    Lane,
     Task,
     TaskhubError,
     Taskset,
@@ -55,6 +56,9 @@ RECOGNITION = ("protocol.health", "protocol.schema", "protocol.websocket", "prot
 MAX_RELAUNCHES = 2
 
 OnCheck = Callable[[CheckResult], None]
+#: Prepares the env before the first check past the static level (installs its requirements)
+#: and returns the interpreter that runs it; an ``EnvLaunchError`` fails ``runtime.startup``.
+Prepare = Callable[[], Awaitable[str | None]]
 
 
 def _jsonable(value: Any, depth: int = 0) -> Any:
@@ -126,7 +130,13 @@ def _selected(specs: list[CheckSpec], wanted: list[str] | None) -> list[CheckSpe
 class _Run:
     """One validation in progress."""
 
-    def __init__(self, subject: Subject, policy: Policy, on_check: OnCheck | None) -> None:
+    def __init__(
+        self,
+        subject: Subject,
+        policy: Policy,
+        on_check: OnCheck | None,
+        specs: list[CheckSpec] | None = None,
+    ) -> None:
         self.subject = subject
         self.policy = policy
         self.on_check = on_check
@@ -135,6 +145,24 @@ class _Run:
         self.relaunches = 0
         self.deaths_seen: set[int] = set()
         self.deadline = time.monotonic() + subject.config.budget_s
+        self.providers = {need: s.id for s in specs or () for need in s.provides}
+        self.died_during: str | None = None
+        self.prepare_error: EnvLaunchError | None = None
+        manifest = subject.env.manifest
+        self.legacy_manifest = bool(manifest and manifest.raw and manifest.validation is None)
+
+    def _env_caused(self, need: str) -> bool:
+        """Whether a missing ``need`` is the env's doing (a server that did not start...)."""
+        local = need == "process" and self.subject.env.folder is not None
+        return need in self.providers or local
+
+    def _blocker(self, need: str) -> str | None:
+        """The check whose failure left ``need`` missing (a skip for it counts against the env)."""
+        provider = self.providers.get("server" if need == "process" else need)
+        result = self.subject.results.get(provider) if provider else None
+        if result is not None and result.status != "pass":
+            return provider
+        return self.died_during if self._env_caused(need) else None
 
     def _prerequisite(self, spec: CheckSpec) -> Finding | None:
         subject = self.subject
@@ -145,12 +173,25 @@ class _Run:
                 return skipped(
                     f"depends on {dep}, which did not pass", measured={"blocked_by": dep}
                 )
-        for need in spec.needs:
+        # a need nobody provides (a model, a taskset, files) first: its skip does not apply to
+        # the env, while a missing server or episode is the env's doing and counts against it
+        for need in sorted(spec.needs, key=self._env_caused):
             why = missing_need(subject, need)
             if why is not None:
                 if need in ("server", "episode"):
                     self.blocked.add(spec.id)
-                return skipped(why)
+                blocker = self._blocker(need)
+                return skipped(why, measured={"blocked_by": blocker} if blocker else None)
+        if self.prepare_error is not None and "server" in spec.provides:
+            message = str(self.prepare_error)
+            return failed(
+                f"the env could not be prepared: {message.splitlines()[0] if message else ''}",
+                "Make the declared requirements install in a fresh virtual environment of "
+                "this Python (pin versions that ship wheels for it); pip's whole output is "
+                "in the submission's log.",
+                measured={"prepare_timed_out": bool(getattr(self.prepare_error, "timed_out", 0))},
+                evidence=[message[-4000:]],
+            )
         return None
 
     async def run_check(self, spec: CheckSpec) -> CheckResult:
@@ -167,7 +208,7 @@ class _Run:
             id=spec.id,
             level=spec.level,
             status=finding.status,
-            severity=self.policy.severity(spec.id),
+            severity=self.policy.severity(spec.id, legacy_manifest=self.legacy_manifest),
             summary=finding.summary[:1000],
             measured=_jsonable(finding.measured),
             evidence=_jsonable(evidence[:20]),
@@ -180,6 +221,7 @@ class _Run:
         if self.on_check is not None:
             self.on_check(result)
         if died is not None:
+            self.died_during = spec.id
             subject.driver.url = None
             if self.relaunches < MAX_RELAUNCHES:  # so that one crash does not fail every check
                 self.relaunches += 1
@@ -258,6 +300,7 @@ async def validate_async(
     on_check: OnCheck | None = None,
     on_launch: Callable[[LocalServer], None] | None = None,
     log_dir: Path | None = None,
+    prepare: Prepare | None = None,
 ) -> ValidationReport:
     """Validate an env and return its report card.
 
@@ -269,6 +312,9 @@ async def validate_async(
         on_launch: Called with each env server launched (before it is healthy), so that a
             supervisor can kill it if this process dies.
         log_dir: Where launched servers write their output (a temp folder when None).
+        prepare: Run after the static checks, before the env is launched (a batch installs
+            the submission's requirements); it returns the interpreter to launch with. Its
+            ``EnvLaunchError`` is the failure of ``runtime.startup``: the static checks stand.
 
     Returns:
         The report: every check, and the verdict of the severity policy. Verdict
@@ -322,8 +368,8 @@ async def validate_async(
     except EnvLaunchError as exc:
         if workdir is not None:
             remove_tree(workdir)
-        return report(
-            verdict="unsupported",
+        return report(  # a clone that fails is an error, not a target that is no env
+            verdict="error" if git else "unsupported",
             target_kind="git" if git else "folder",
             error=ErrorInfo(type=type(exc).__name__, message=str(exc), boundary="validate"),
         )
@@ -381,11 +427,20 @@ async def validate_async(
             on_launch=on_launch,
         )
         subject = Subject(env=description, driver=driver, config=config, policy=policy)
-        run = _Run(subject, policy, on_check)
+        run = _Run(subject, policy, on_check, specs)
         error: ErrorInfo | None = None
         try:
             for spec in specs:
+                if prepare is not None and spec.level != "static":
+                    try:
+                        driver.python = await prepare() or driver.python
+                    except EnvLaunchError as exc:
+                        run.prepare_error = exc
+                    prepare = None
                 await run.run_check(spec)
+            if config.checks is None:  # RFC 008's ids no check implements: skips, with why
+                lane: Lane = "hub" if config.model else "local"
+                run.results += policy.unimplemented([s.id for s in specs], lane)
         except Exception as exc:  # the aggregator itself failed: an internal error
             logger.exception("validation of %s failed", target)
             error = ErrorInfo(type=type(exc).__name__, message=str(exc), boundary="validate")
