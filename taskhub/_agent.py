@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,12 +48,18 @@ def public_action_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None
     return public
 
 
-def parse_action(reply: str, schema: dict[str, Any] | None) -> dict[str, Any]:
+def parse_action(
+    reply: str,
+    schema: dict[str, Any] | None,
+    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Turn a model reply into an action that satisfies ``schema``.
 
     Tries, in order, and returns the first reading that satisfies the schema: the whole reply as
     a JSON object; a fenced JSON block; a JSON object inside the text; for a single-string-field
     action, the plain text; for a single enum field, the one option the reply names.
+    ``normalize`` rewrites each JSON object read before it is checked (a tool call written
+    ``{"name": ..., "args": ...}`` read as ``{"tool_name": ..., "arguments": ...}``).
 
     Raises:
         AgentFormatError: No reading of the reply gives a valid action.
@@ -65,6 +71,8 @@ def parse_action(reply: str, schema: dict[str, Any] | None) -> dict[str, Any]:
     found_object = False
     for candidate in _readings(text, schema):
         found_object = True
+        if normalize is not None:
+            candidate = normalize(candidate)
         error = validate_action(candidate, schema)
         if error is None:
             return candidate

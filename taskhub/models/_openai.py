@@ -1,4 +1,12 @@
-"""Any OpenAI-compatible chat-completions endpoint: vLLM, TGI, Ollama, llama.cpp, OpenAI."""
+"""Any OpenAI-compatible chat-completions endpoint: vLLM, TGI, Ollama, llama.cpp, OpenAI.
+
+Native tool calling: the functions of ``GenerateRequest.tools`` go out as ``tools`` and the
+reply's ``tool_calls`` come back as ``Generation.tool_calls`` (several, in order). Under
+``tool_calling="auto"`` a server that refuses tools (an HTTP error whose body names them, as
+llama.cpp without ``--jinja``, vLLM without ``--enable-auto-tool-choice`` or an Ollama model
+without tool support answer) switches the backend to text for the rest of the run: the same
+request is sent again as plain text, with the functions described in the system message.
+"""
 
 from __future__ import annotations
 
@@ -16,12 +24,15 @@ from taskhub._errors import ConfigError, ModelAuthError, ModelError
 from taskhub._registry import model_backend
 from taskhub._schema import JsonObject, Usage
 from taskhub.models._base import GenerateRequest, Generation, ModelOptions
+from taskhub.models._chat import openai_messages, openai_tools, parse_tool_calls, text_messages
 
 logger = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 #: Longest single wait between retries, seconds (a larger Retry-After is capped by the deadline).
 MAX_BACKOFF_S = 30.0
+#: Statuses with which servers refuse a request's ``tools`` (with a body that names them).
+_TOOLS_REFUSED_STATUS = {400, 404, 422, 500, 501}
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -61,16 +72,27 @@ class OpenAIChat:
             timeout=httpx.Timeout(options.timeout_s, connect=min(10.0, options.timeout_s)),
         )
         self.details: JsonObject = {"endpoint": self.base_url}
+        self.tool_option = options.tool_calling
+        #: ``native`` while the server takes ``tools``; ``text`` when asked or after a refusal.
+        self.tool_calling = "text" if options.tool_calling == "text" else "native"
+
+    def _native(self, request: GenerateRequest) -> bool:
+        return bool(request.tools) and self.tool_calling == "native"
 
     def _body(self, request: GenerateRequest) -> dict[str, Any]:
         params = request.params
+        native = self._native(request)
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [m.model_dump() for m in request.messages],
+            "messages": openai_messages(request.messages)
+            if native
+            else text_messages(request.messages, request.tools),
             "temperature": params.temperature,
             # llama.cpp's server reads max_tokens, not max_completion_tokens.
             "max_tokens": params.max_tokens,
         }
+        if native and request.tools:
+            body["tools"] = openai_tools(request.tools)
         if params.top_p is not None:
             body["top_p"] = params.top_p
         if params.seed is not None:
@@ -94,6 +116,10 @@ class OpenAIChat:
                     raise TimeoutError
                 async with asyncio.timeout(remaining):
                     response = await self._http.post(url, json=body)
+                if "tools" in body and self._refuses_tools(response):
+                    body = self._body(request)  # the same request, as text
+                    attempt -= 1
+                    continue
                 problem = self._problem(response)
                 if problem is None:
                     return self._parse(response)
@@ -114,6 +140,28 @@ class OpenAIChat:
                 raise ModelError(f"{error} (gave up: the next retry would pass the deadline)")
             logger.info("model call failed (%s); retry %d in %.1fs", error, attempt, delay)
             await asyncio.sleep(delay)
+
+    def _refuses_tools(self, response: httpx.Response) -> bool:
+        """Whether the server refused the request's tools; under ``auto``, switch to text."""
+        if response.status_code not in _TOOLS_REFUSED_STATUS:
+            return False
+        text = response.text[:2000]
+        if "tool" not in text.lower():
+            return False
+        if self.tool_option == "native":
+            error = ModelError(
+                f"{response.request.url} refused the function tools (HTTP "
+                f"{response.status_code}: {text[:300]}); enable tool calling on the server or "
+                "use --tool-calling text"
+            )
+            error.retryable = False
+            raise error
+        if self.tool_calling != "text":  # requests in flight meanwhile are refused as well
+            reason = f"HTTP {response.status_code}: {text[:300]}"
+            logger.warning("%s refused function tools (%s); using text", self.base_url, reason)
+            self.tool_calling = "text"
+            self.details["tool_calling_fallback"] = reason
+        return True
 
     def _problem(self, response: httpx.Response) -> tuple[ModelError, float | None] | None:
         status = response.status_code
@@ -148,6 +196,7 @@ class OpenAIChat:
         if content is not None and not isinstance(content, str):
             raise ModelError(f"choices[0].message.content is not text: {content!r:.200}")
         usage = payload.get("usage") or {}
+        raw_calls = message.get("tool_calls") if isinstance(message, dict) else None
         return Generation(
             text=content or "",
             usage=Usage(
@@ -156,6 +205,7 @@ class OpenAIChat:
                 calls=1,
             ),
             finish_reason=choice.get("finish_reason"),
+            tool_calls=parse_tool_calls(raw_calls, str(response.request.url)),
         )
 
     async def aclose(self) -> None:
