@@ -26,6 +26,7 @@ from taskhub._errors import (
     ResultsError,
     RewardError,
     SchemaError,
+    TaskApiUnsupported,
     TaskhubError,
     TasksetError,
     TasksetNotFound,
@@ -87,13 +88,18 @@ from taskhub._schema import (
     Task,
     TasksetCard,
     TasksetRef,
+    ToolCall,
+    ToolCalling,
+    ToolSpec,
     Usage,
     ValidationReport,
     Verdict,
+    WireDialect,
     canonical_json,
 )
 from taskhub._stats import mean_ci, pass_at_k, success_interval, wilson_interval
 from taskhub._taskset import Taskset, builtin_tasksets, load_taskset, read_card
+from taskhub._tools import Toolbox
 from taskhub._version import __version__
 from taskhub.hub import (
     ProfileResult,
@@ -160,6 +166,7 @@ __all__ = [
     "Severity",
     "StepRecord",
     "Task",
+    "TaskApiUnsupported",
     "TaskSummary",
     "TaskhubError",
     "Taskset",
@@ -168,10 +175,15 @@ __all__ = [
     "TasksetInfo",
     "TasksetNotFound",
     "TasksetRef",
+    "ToolCall",
+    "ToolCalling",
+    "ToolSpec",
+    "Toolbox",
     "UnknownPluginError",
     "Usage",
     "ValidationReport",
     "Verdict",
+    "WireDialect",
     "__version__",
     "build_reward",
     "builtin_tasksets",

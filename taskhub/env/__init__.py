@@ -1,4 +1,4 @@
-"""Talking to OpenEnv environments: the async client, and finding or launching servers."""
+"""Talking to OpenEnv environments: the client, launching servers, tool envs, the Task API."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from taskhub.env._launch import (
 )
 from taskhub.env._pool import CAPACITY_PROBE_EVERY, SessionPool
 from taskhub.env._session import open_session
+from taskhub.env._tasks import TaskApiClient, TaskSplit, env_tasks, env_tasks_async
+from taskhub.env._tools import discover_tools, is_tool_env, parse_tools, tool_result
 
 __all__ = [
     "CAPACITY_PROBE_EVERY",
@@ -40,14 +42,22 @@ __all__ = [
     "OPENENV_HTTP",
     "SessionPool",
     "StepResult",
+    "TaskApiClient",
+    "TaskSplit",
     "Transport",
     "builtin_envs",
+    "discover_tools",
+    "env_tasks",
+    "env_tasks_async",
     "fetch_json",
+    "is_tool_env",
     "launch_server",
     "open_session",
+    "parse_tools",
     "probe_transport",
     "resolve_env",
     "space_url",
     "split_base_url",
+    "tool_result",
     "wait_healthy",
 ]
