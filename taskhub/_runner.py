@@ -65,7 +65,9 @@ from taskhub._schema import (
 )
 from taskhub._taskset import Taskset, load_taskset
 from taskhub._templates import Templates
+from taskhub._tools import Toolbox
 from taskhub._version import __version__
+from taskhub.env._client import wire_dialect
 from taskhub.env._launch import EnvHandle
 from taskhub.env._pool import SessionPool
 from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_model_spec
@@ -293,6 +295,7 @@ class _Runner:
         self.pool: SessionPool | None = None
         self.writer: ResultsWriter | None = None
         self.env_info: EnvInfo | None = None
+        self.toolbox: Toolbox | None = None
         self.stop_reason: str | None = None
         self.fatal: BaseException | None = None
         # What the summary needs of every record (earlier sessions' too), without trajectories:
@@ -314,6 +317,7 @@ class _Runner:
                 base_url=config.base_url,
                 api_key=config.api_key.get_secret_value() if config.api_key else None,
                 timeout_s=config.model_timeout_s,
+                tool_calling=config.tool_calling,
             ),
         )
         status: RunStatus = "failed"
@@ -329,6 +333,7 @@ class _Runner:
             async with handle:
                 assert handle.info is not None
                 self.env_info = handle.info
+                self.toolbox = Toolbox.for_env(handle.info.tools, handle.info.action_schema)
                 self.pool = SessionPool(
                     handle.info,
                     http=self.http,
@@ -386,6 +391,9 @@ class _Runner:
                 base_url=_redact_url(config.base_url),
                 sampling=config.sampling,
                 details=self.model.details if self.model else {},
+                tool_calling=getattr(self.model, "tool_calling", "text")
+                if self.model is not None and self.toolbox is not None
+                else None,
             ),
             rewards=plan.rewards.plugins(),
             n_planned=plan.n_planned,
@@ -470,6 +478,7 @@ class _Runner:
                                 format_retries=config.format_retries,
                                 episode_seed=episode.model_seed,
                                 trace=trace,
+                                toolbox=self.toolbox,
                             )
                     except EnvCapacityError:
                         await self.pool.at_capacity(endpoint)
@@ -503,6 +512,9 @@ class _Runner:
                 logger.info("episode %s#%d: %s; retrying", task.task_id, sample, error)
                 await asyncio.sleep(min(0.5 * 2 ** (attempts - 1), 10.0))
                 continue
+            if trace.initial is not None and self.env_info and self.env_info.dialect is None:
+                # what the server actually spoke, from its first observation frame
+                self.env_info.dialect = wire_dialect(trace.initial)
             return await record_episode(
                 episode,
                 trace,
@@ -555,7 +567,7 @@ async def record_episode(
         outcome=outcome,  # type: ignore[arg-type]
         reward=None,
         success=None,
-        env_reward=sum(s.reward or 0.0 for s in trace.steps) if initial else None,
+        env_reward=_env_reward(trace) if initial else None,
         error=ErrorInfo.from_exception(error) if error is not None else None,
         attempts=attempts,
         terminated=trace.terminated,
@@ -584,6 +596,14 @@ async def record_episode(
     elif total is not None:
         update["success"] = total >= success_threshold
     return record.model_copy(update=update)
+
+
+def _env_reward(trace: EpisodeTrace) -> float | None:
+    """Sum of the step rewards the env gave; None when every step's reward was null."""
+    given = [s.reward for s in trace.steps if s.reward is not None]
+    if trace.steps and not given:
+        return None
+    return float(sum(given))
 
 
 @functools.cache

@@ -149,8 +149,10 @@ class FakeEnv:
         ws: bool = True,
         action_schema: dict[str, Any] | None = None,
         on_connect: Callable[[Session], Reply] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         self.on_reset = on_reset
+        self.metadata = metadata
         self.on_step = on_step
         self.dialect = dialect
         self.capacity = capacity
@@ -196,6 +198,8 @@ class FakeEnv:
         return JSONResponse({"status": "healthy"})
 
     async def _metadata(self, request: Request) -> Response:
+        if self.metadata is not None:
+            return JSONResponse(self.metadata)
         return JSONResponse(
             {"name": "fake", "description": "a scriptable test env", "version": self.dialect}
         )

@@ -15,7 +15,7 @@ from rich.console import Console
 from taskhub._cli._render import BarProgress, summary_table, task_table
 from taskhub._errors import TaskhubError
 from taskhub._runner import RunResult, evaluate, resume
-from taskhub._schema import EvalConfig, SamplingParams
+from taskhub._schema import EvalConfig, SamplingParams, ToolCalling
 
 DEFAULT_MODEL = "local/smollm2-135m"
 DEFAULT_TASKSET = "arith"
@@ -135,6 +135,15 @@ def eval_command(
     fail_fast: Annotated[
         bool, typer.Option(help="Stop at the first episode that is not scored.")
     ] = False,
+    tool_calling: Annotated[
+        ToolCalling,
+        typer.Option(
+            help="native: offer the env's actions as function tools (OpenAI tools); text: ask "
+            "for JSON in the reply; auto: native where the backend supports it, text where "
+            "the server refuses tools.",
+            envvar="TASKHUB_TOOL_CALLING",
+        ),
+    ] = "auto",
     revision: Annotated[
         str | None, typer.Option(help="Branch, tag or commit of a Hub taskset.")
     ] = None,
@@ -227,6 +236,7 @@ def eval_command(
                     max_retries=max_retries,
                     format_retries=format_retries,
                     fail_fast=fail_fast,
+                    tool_calling=tool_calling,
                 )
             except ValidationError as exc:
                 first = exc.errors()[0]

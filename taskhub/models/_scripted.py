@@ -1,7 +1,8 @@
 """Scripted policies for baselines and tests: ``scripted/oracle``, ``random``, ``noop``.
 
-They answer like a model: a JSON action as text, or, when the agent offers functions (native
-tool calling), a tool call, so their replies go through the same parsing as a language model's.
+They answer like a model: a JSON action as text, or, on a tool env whose tools the agent offers
+as functions (native tool calling), a tool call, so their replies go through the same parsing as
+a language model's.
 They respect what the env says is legal: the listed tools and their argument schemas for a tool
 env, ``legal_actions`` (and the like) in the observation, enums and numeric bounds in the
 schema.
@@ -101,7 +102,8 @@ class _Scripted:
 
     async def generate(self, request: GenerateRequest) -> Generation:
         action = self.act(request.context)
-        if request.tools and self.tool_calling == "native":
+        if request.tools and request.context.tools and self.tool_calling == "native":
+            # a tool env's actions are calls; any other env's stay JSON text, as they always were
             call = _as_call(action, request.tools, request.context)
             return Generation(text="", usage=Usage(calls=1), tool_calls=[call])
         if request.context.tools and action.get("type") == CALL_TOOL:
@@ -115,7 +117,7 @@ class _Scripted:
 
 def _as_call(action: dict[str, Any], functions: Sequence[ToolSpec], ctx: TurnContext) -> ToolCall:
     call_id = f"call_{ctx.step}"
-    if ctx.tools and action.get("type", CALL_TOOL) == CALL_TOOL and "tool_name" in action:
+    if action.get("type", CALL_TOOL) == CALL_TOOL and "tool_name" in action:
         name = function_name(str(action["tool_name"]))
         arguments = action.get("arguments")
         return ToolCall(

@@ -251,7 +251,7 @@ async def test_scripted_policies_answer_with_tool_calls_when_functions_are_offer
     assert json.loads(answer.text) == {"tool_name": "submit", "arguments": {"answer": "7"}}
     noop = await load_model("scripted/noop").generate(tool_request(Task(task_id="t")))
     assert json.loads(noop.text) == {"tool_name": "lookup", "arguments": {"item": "aa", "limit": 1}}
-    # a single-action env offered as one function: the action is its arguments
+    # a single-action env offered as one function: the policies keep answering in JSON text
     step = ToolSpec(name="step", input_schema=MOVE)
     context = TurnContext(Task(task_id="t", oracle_actions=[{"move": "up"}]), {}, MOVE, 0, 1)
     reply = await oracle.generate(
@@ -259,4 +259,4 @@ async def test_scripted_policies_answer_with_tool_calls_when_functions_are_offer
             [ChatMessage(role="user", content="hi")], SamplingParams(), context, (step,)
         )
     )
-    assert reply.tool_calls == [ToolCall(name="step", arguments={"move": "up"}, id="call_0")]
+    assert (reply.text, reply.tool_calls) == ('{"move": "up"}', [])
