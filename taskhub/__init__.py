@@ -8,6 +8,7 @@ directory with full provenance.
 from __future__ import annotations
 
 from taskhub._agent import parse_action
+from taskhub._episode import EpisodePlan, plan_episode, record_episode
 from taskhub._errors import (
     AgentFormatError,
     ConfigError,
@@ -133,6 +134,7 @@ __all__ = [
     "EnvLaunchError",
     "EnvProtocolError",
     "EnvTimeout",
+    "EpisodePlan",
     "EpisodeRecord",
     "ErrorInfo",
     "EvalConfig",
@@ -199,6 +201,7 @@ __all__ = [
     "model_backend",
     "parse_action",
     "pass_at_k",
+    "plan_episode",
     "profile_taskset",
     "pull_results",
     "push_results",
@@ -208,6 +211,7 @@ __all__ = [
     "read_results",
     "read_results_table",
     "read_run",
+    "record_episode",
     "redact_run",
     "registry",
     "rescore",

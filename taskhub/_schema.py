@@ -544,6 +544,9 @@ class EvalConfig(BaseModel):
     """Stop the run at the first episode that is not scored."""
     max_frame_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     """Largest frame accepted from an env."""
+    fresh_session: bool = False
+    """Open a new env session for every episode, instead of resetting an idle open session of
+    the server again (WebSocket servers serve many episodes per session)."""
     tool_calling: ToolCalling = "auto"
     """How the model is offered the env's actions: ``native`` passes them as function tools
     (OpenAI ``tools``) and reads ``tool_calls``; ``text`` asks for JSON in the reply; ``auto``

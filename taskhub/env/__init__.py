@@ -23,13 +23,19 @@ from taskhub.env._launch import (
     space_url,
     wait_healthy,
 )
-from taskhub.env._pool import CAPACITY_PROBE_EVERY, SessionPool
+from taskhub.env._pool import (
+    CAPACITY_PROBE_EVERY,
+    DEFAULT_IDLE_TIMEOUT_S,
+    PooledSession,
+    SessionPool,
+)
 from taskhub.env._session import open_session
 from taskhub.env._tasks import TaskApiClient, TaskSplit, env_tasks, env_tasks_async
 from taskhub.env._tools import discover_tools, is_tool_env, parse_tools, tool_result
 
 __all__ = [
     "CAPACITY_PROBE_EVERY",
+    "DEFAULT_IDLE_TIMEOUT_S",
     "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_TIMEOUT_S",
     "EnvClient",
@@ -40,6 +46,7 @@ __all__ = [
     "HttpEnvSession",
     "LocalServer",
     "OPENENV_HTTP",
+    "PooledSession",
     "SessionPool",
     "StepResult",
     "TaskApiClient",
