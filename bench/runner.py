@@ -5,7 +5,10 @@ exchange per episode: open a WebSocket session, reset with the row's kwargs, ste
 oracle actions until done, close. taskhub adds everything a real run does on top (prompt
 rendering, action parsing and validation, rewards, records written to disk, progress).
 
-    python bench/runner.py [--episodes 300] [--repeats 5]
+    python bench/runner.py [--episodes 300] [--repeats 5] [--envs gridworld arith ledger]
+
+``ledger`` measures tool episodes: MCP ``call_tool`` steps, listed tools offered as functions,
+scripted tool calls (native) recorded with their results.
 
 Prints episodes/s and steps/s for both at 1 and 8 concurrent sessions, and the ratio
 taskhub / raw (target: >= 0.8 at both).
@@ -129,10 +132,11 @@ def main() -> None:
         "--episodes",
         type=int,
         default=300,
-        help="episodes per measurement (at most the train split: 300 arith, 200 gridworld)",
+        help="episodes per measurement (at most the train split: 300 arith, 200 gridworld, "
+        "200 ledger)",
     )
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--envs", nargs="+", default=["gridworld", "arith"])
+    parser.add_argument("--envs", nargs="+", default=["gridworld", "arith", "ledger"])
     args = parser.parse_args()
     rows = []
     for name in args.envs:

@@ -28,6 +28,7 @@ from taskhub._errors import (
     ResultsError,
     RewardError,
     SchemaError,
+    TaskApiUnsupported,
     TaskhubError,
     TasksetError,
     TasksetNotFound,
@@ -97,13 +98,18 @@ from taskhub._schema import (
     Task,
     TasksetCard,
     TasksetRef,
+    ToolCall,
+    ToolCalling,
+    ToolSpec,
     Usage,
     ValidationReport,
     Verdict,
+    WireDialect,
     canonical_json,
 )
 from taskhub._stats import mean_ci, pass_at_k, success_interval, wilson_interval
 from taskhub._taskset import Taskset, builtin_tasksets, load_taskset, read_card
+from taskhub._tools import Toolbox
 from taskhub._urls import redact_url
 from taskhub._version import __version__
 from taskhub.hub import (
@@ -176,6 +182,7 @@ __all__ = [
     "Severity",
     "StepRecord",
     "Task",
+    "TaskApiUnsupported",
     "TaskSummary",
     "TaskhubError",
     "Taskset",
@@ -184,10 +191,15 @@ __all__ = [
     "TasksetInfo",
     "TasksetNotFound",
     "TasksetRef",
+    "ToolCall",
+    "ToolCalling",
+    "ToolSpec",
+    "Toolbox",
     "UnknownPluginError",
     "Usage",
     "ValidationReport",
     "Verdict",
+    "WireDialect",
     "__version__",
     "build_reward",
     "builtin_tasksets",

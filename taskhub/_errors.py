@@ -6,6 +6,7 @@ TaskhubError
 ├── TasksetError        ── TasksetNotFound, SchemaError, RemoteCodeError
 ├── EnvError            ── EnvConnectError, EnvProtocolError, EnvExecutionError, EnvTimeout,
 │                          EnvCapacityError, EnvClosedError, EnvLaunchError
+│   └── EnvProtocolError ── TaskApiUnsupported
 ├── ModelError          ── ModelAuthError
 ├── AgentFormatError
 ├── PluginError         ── UnknownPluginError, MissingDependencyError
@@ -114,6 +115,10 @@ class EnvProtocolError(EnvError):
     """
 
     retryable = False
+
+
+class TaskApiUnsupported(EnvProtocolError):
+    """Raised when an env does not serve the OpenEnv Task API route asked for (HTTP 501, 404)."""
 
 
 class EnvExecutionError(EnvError):

@@ -67,9 +67,11 @@ from taskhub._schema import (
 )
 from taskhub._taskset import Taskset, load_taskset
 from taskhub._templates import Templates
+from taskhub._tools import Toolbox
 from taskhub._trust import check_remote_code
 from taskhub._urls import redact_optional_url, redact_url
 from taskhub._version import __version__
+from taskhub.env._client import wire_dialect
 from taskhub.env._launch import EnvHandle
 from taskhub.env._pool import SessionPool
 from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_model_spec
@@ -236,6 +238,7 @@ class _Runner:
         self.pool: SessionPool | None = None
         self.writer: ResultsWriter | None = None
         self.env_info: EnvInfo | None = None
+        self.toolbox: Toolbox | None = None
         self.stop_reason: str | None = None
         self.fatal: BaseException | None = None
         # What the summary needs of every record (earlier sessions' too), without trajectories:
@@ -257,6 +260,7 @@ class _Runner:
                 base_url=config.base_url,
                 api_key=config.api_key.get_secret_value() if config.api_key else None,
                 timeout_s=config.model_timeout_s,
+                tool_calling=config.tool_calling,
             ),
         )
         status: RunStatus = "failed"
@@ -272,6 +276,7 @@ class _Runner:
             async with handle:
                 assert handle.info is not None
                 self.env_info = handle.info
+                self.toolbox = Toolbox.for_env(handle.info.tools, handle.info.action_schema)
                 self.pool = SessionPool(
                     handle.info,
                     http=self.http,
@@ -343,6 +348,9 @@ class _Runner:
                 base_url=redact_optional_url(config.base_url),
                 sampling=config.sampling,
                 details=self.model.details if self.model else {},
+                tool_calling=getattr(self.model, "tool_calling", "text")
+                if self.model is not None and self.toolbox is not None
+                else None,
             ),
             rewards=plan.rewards.plugins(),
             n_planned=plan.n_planned,
@@ -459,6 +467,7 @@ class _Runner:
                             format_retries=config.format_retries,
                             episode_seed=episode.model_seed,
                             trace=trace,
+                            toolbox=self.toolbox,
                         )
             except EnvCapacityError as exc:
                 if time.monotonic() < capacity_deadline:
@@ -496,6 +505,9 @@ class _Runner:
                 logger.info("episode %s#%d: %s; retrying", task.task_id, sample, error)
                 await asyncio.sleep(min(0.5 * 2 ** (attempts - 1), 10.0))
                 continue
+            if trace.initial is not None and self.env_info and self.env_info.dialect is None:
+                # what the server actually spoke, from its first observation frame
+                self.env_info.dialect = wire_dialect(trace.initial)
             return await record_episode(
                 episode,
                 trace,

@@ -49,6 +49,11 @@ OUTCOMES: tuple[Outcome, ...] = ("scored", "agent_error", "infra_error", "reward
 
 RunStatus = Literal["running", "completed", "interrupted", "failed"]
 
+#: How a model is offered the env's actions (``EvalConfig.tool_calling``).
+ToolCalling = Literal["auto", "native", "text"]
+#: The wire dialect of an OpenEnv server: 0.3 sends no ``metadata`` in observations, 0.4+ does.
+WireDialect = Literal["openenv-0.3", "openenv-0.4+"]
+
 JsonObject = dict[str, JsonValue]
 
 _MODEL_CONFIG = ConfigDict(extra="forbid", use_attribute_docstrings=True)
@@ -221,8 +226,9 @@ class TasksetRef(BaseModel):
 
     source: str
     """The taskset as the user named it (path, ``org/name@rev``, built-in name)."""
-    kind: Literal["builtin", "local", "file", "hub"]
-    """Built-in taskset, local folder, single data file, or Hub dataset repo."""
+    kind: Literal["builtin", "local", "file", "hub", "env"]
+    """Built-in taskset, local folder, single data file, Hub dataset repo, or the tasks an env
+    serves over OpenEnv's Task API (``source`` is its URL)."""
     name: str
     """The taskset's name (card ``name``, else folder, file or repo name)."""
     repo_id: str | None = None
@@ -281,15 +287,51 @@ class ErrorInfo(BaseModel):
         )
 
 
+def _unset(value: Any) -> bool:
+    return value is None
+
+
+class ToolSpec(BaseModel):
+    """A tool an environment serves (MCP ``tools/list``), or a function a model is offered."""
+
+    model_config = _MODEL_CONFIG
+
+    name: str
+    """The tool's name, as ``call_tool`` takes it."""
+    description: str = ""
+    """What the tool does, for the model."""
+    input_schema: JsonObject = Field(default_factory=dict)
+    """JSON schema of the tool's arguments (an object schema)."""
+
+
+class ToolCall(BaseModel):
+    """A call a model asked for: a function and its arguments (OpenAI ``tool_calls``)."""
+
+    model_config = _MODEL_CONFIG
+
+    name: str
+    """The function called."""
+    arguments: JsonObject = Field(default_factory=dict)
+    """Its arguments."""
+    id: str | None = Field(default=None, exclude_if=_unset)
+    """The model's id of the call, which the tool's reply names (native tool calling)."""
+    arguments_text: str | None = Field(default=None, exclude_if=_unset)
+    """The arguments as the model wrote them, when they are not a JSON object."""
+
+
 class ChatMessage(BaseModel):
     """One chat message, in the OpenAI/Hugging Face chat format."""
 
     model_config = _MODEL_CONFIG
 
-    role: Literal["system", "user", "assistant"]
-    """Who speaks."""
+    role: Literal["system", "user", "assistant", "tool"]
+    """Who speaks (``tool``: the result of a tool call, sent back to the model)."""
     content: str
     """What is said."""
+    tool_calls: list[ToolCall] | None = Field(default=None, exclude_if=_unset)
+    """The tool calls of an assistant message (native tool calling), in order."""
+    tool_call_id: str | None = Field(default=None, exclude_if=_unset)
+    """The call a ``tool`` message answers."""
 
 
 class Usage(BaseModel):
@@ -341,6 +383,12 @@ class StepRecord(BaseModel):
     """Seconds the model took to produce the reply (including format retries)."""
     format_errors: list[str] = Field(default_factory=list)
     """Messages of replies rejected before this action was accepted."""
+    tool_call: ToolCall | None = Field(default=None, exclude_if=_unset)
+    """The tool this step called and its arguments (tool envs, and native tool calling)."""
+    tool_result: str | None = Field(default=None, exclude_if=_unset)
+    """What the tool returned, as the text the model was shown (tool envs)."""
+    tool_error: str | None = Field(default=None, exclude_if=_unset)
+    """Why the call failed (``error_type: message``), when the env says it did (tool envs)."""
 
 
 class RewardComponent(BaseModel):
@@ -514,6 +562,11 @@ class EvalConfig(BaseModel):
     trust_remote_code: bool = False
     """Let the taskset's rows and card run code (``python:`` rewards, an env folder); refused
     otherwise. Specs given here (``rewards``, ``env``) are the user's own either way."""
+    tool_calling: ToolCalling = "auto"
+    """How the model is offered the env's actions: ``native`` passes them as function tools
+    (OpenAI ``tools``) and reads ``tool_calls``; ``text`` asks for JSON in the reply; ``auto``
+    is native where the backend supports it, falling back to text where the server refuses
+    tools."""
 
     @field_validator("shard")
     @classmethod
@@ -573,6 +626,15 @@ class EnvInfo(BaseModel):
     """The action JSON schema from ``GET /schema``."""
     path: str | None = None
     """Folder launched, for local envs."""
+    tools: list[ToolSpec] | None = Field(default=None, exclude_if=_unset)
+    """The tools a tool env (MCP) listed; None for other envs."""
+    tool_discovery: Literal["list_tools", "mcp"] | None = Field(default=None, exclude_if=_unset)
+    """How the tools were listed: a ``list_tools`` step on a session, or ``POST /mcp``."""
+    dialect: WireDialect | None = Field(default=None, exclude_if=_unset)
+    """The wire dialect the server spoke: ``openenv-0.3`` (no ``metadata`` in observations)
+    or ``openenv-0.4+``."""
+    server_openenv: str | None = Field(default=None, exclude_if=_unset)
+    """The server's OpenEnv version, when ``/metadata`` gives it."""
 
 
 class ModelInfo(BaseModel):
@@ -592,6 +654,9 @@ class ModelInfo(BaseModel):
     """Sampling parameters."""
     details: JsonObject = Field(default_factory=dict)
     """Backend-specific provenance (weights file and its sha256, library versions...)."""
+    tool_calling: Literal["native", "text"] | None = Field(default=None, exclude_if=_unset)
+    """How the model acted: function tools (``native``) or JSON in its replies (``text``);
+    ``text`` after a fallback from native (``details.tool_calling_fallback`` says why)."""
 
 
 class RunManifest(BaseModel):

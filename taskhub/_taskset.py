@@ -111,7 +111,9 @@ def load_taskset(
 
     Args:
         source: A built-in name (``arith``), a folder in Hub layout, a ``.jsonl``/``.parquet``/
-            ``.csv`` file, or a Hub dataset repo id, optionally ``org/name@revision``.
+            ``.csv`` file, a Hub dataset repo id, optionally ``org/name@revision``, or the URL
+            of a running env that serves its own tasks over OpenEnv's Task API (rows reset by
+            ``split`` and ``index``; the card binds them to that URL).
         revision: Branch, tag or commit of a Hub taskset (overrides ``@revision``).
         token: Hub token for private repos (huggingface_hub's own ``HF_TOKEN`` otherwise).
         cache_dir: Hub cache folder (huggingface_hub's default otherwise).
@@ -123,6 +125,8 @@ def load_taskset(
         TasksetNotFound: The taskset, revision or a data file does not exist.
         SchemaError: A row or the card does not match the schema (row index and field named).
     """
+    if re.match(r"^https?://", source):
+        return _load_env(source)
     path = Path(source).expanduser()
     if path.is_dir():
         return _load_folder(path, TasksetRefParts(source, "local", path.resolve().name))
@@ -351,6 +355,18 @@ def _load_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
     return Taskset(_ref(parts, name, splits, folder), card, splits)
 
 
+def _load_env(url: str) -> Taskset:
+    from taskhub.env._tasks import env_tasks
+
+    name, rows = env_tasks(url)
+    splits = {split: tuple(tasks) for split, tasks in rows.items() if tasks}
+    if not splits:
+        raise TasksetNotFound(f"{url} serves the Task API but lists no tasks")
+    card = TasksetCard(name=name, env=url, description=f"The tasks {url} serves (Task API).")
+    ref = TasksetRef(source=url, kind="env", name=name, fingerprint=_fingerprint(splits))
+    return Taskset(ref, card, splits)
+
+
 def _load_file(path: Path, source: str) -> Taskset:
     if path.suffix not in DATA_SUFFIXES:
         raise TasksetError(
@@ -379,13 +395,17 @@ def _content_hashes(tasks: Sequence[Task]) -> list[str]:
     return [task.content_hash() for task in tasks]
 
 
-def _ref(
-    parts: TasksetRefParts, name: str, splits: Mapping[str, Sequence[Task]], path: Path
-) -> TasksetRef:
+def _fingerprint(splits: Mapping[str, Sequence[Task]]) -> str:
     digest = hashlib.sha256()
     for split, tasks in splits.items():
         digest.update(split.encode() + b"\n")
         digest.update("".join(h + "\n" for h in _content_hashes(tasks)).encode())
+    return digest.hexdigest()
+
+
+def _ref(
+    parts: TasksetRefParts, name: str, splits: Mapping[str, Sequence[Task]], path: Path
+) -> TasksetRef:
     return TasksetRef(
         source=parts.source,
         kind=parts.kind,  # type: ignore[arg-type]
@@ -393,7 +413,7 @@ def _ref(
         repo_id=parts.repo_id,
         revision=parts.revision,
         commit_sha=parts.commit_sha,
-        fingerprint=digest.hexdigest(),
+        fingerprint=_fingerprint(splits),
         path=str(path),
     )
 

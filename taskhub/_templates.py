@@ -1,4 +1,11 @@
-"""Prompt templates: a taskset card's jinja2 templates (or the defaults), sandboxed."""
+"""Prompt templates: a taskset card's jinja2 templates (or the defaults), sandboxed.
+
+Templates see ``task``, ``prompt``, ``action_schema`` (``action_schema_json``), ``text_field``,
+and on a tool env ``tools`` (the functions: name, description, input_schema), ``tool_calling``
+(``native`` or ``text``) and ``tool_instructions`` (how to write a call in text); turn templates
+also see ``observation``, ``observation_text`` (a tool call's result text on a tool env),
+``reward`` and ``step``.
+"""
 
 from __future__ import annotations
 
@@ -25,12 +32,19 @@ from taskhub._errors import ConfigError
 from taskhub._schema import TasksetCard
 
 DEFAULT_SYSTEM_PROMPT = """\
+{%- if tools is defined and tools %}
+You are an agent acting in an environment through its tools; each tool call is one step.
+{%- if tool_calling != "native" %}
+{{ tool_instructions }}
+{%- endif %}
+{%- else %}
 You are an agent acting in an environment, one action per reply.
 {%- if text_field %}
 Reply with your {{ text_field }} only.
 {%- else %}
 Reply with a single JSON object, the action, matching this JSON schema:
 {{ action_schema_json }}
+{%- endif %}
 {%- endif %}"""
 
 DEFAULT_PROMPT_TEMPLATE = """\

@@ -68,6 +68,12 @@ class Manifest:
     (``reward_range``, ``evaluation.reward_range``, ``reward.range``)."""
     tasks: list[str] = field(default_factory=list)
     """Task ids a ``tasks:`` list declares (strings, or mappings with ``id`` or ``name``)."""
+    declared_tools: list[str] | None = None
+    """``validation.capabilities.declared_tools``: the tools the env says it serves."""
+    task_api: bool = False
+    """``validation.capabilities.task_api``: the env says it serves OpenEnv's Task API."""
+    declared_task_count: dict[str, int] | None = None
+    """``validation.capabilities.declared_task_count``: tasks per split the env says it has."""
 
     @property
     def episode_timeout_s(self) -> float | None:
@@ -293,11 +299,39 @@ def _read_validation(manifest: Manifest, block: dict[str, Any]) -> None:
                     manifest.oracle = oracle
                 else:
                     problems.append("validation.capabilities.oracle needs form and location")
+            _read_declarations(manifest, capabilities)
     types = block.get("types")
     if types is not None:
         tags = types.get("tags") if isinstance(types, dict) else None
         if not (isinstance(tags, list) and tags and all(isinstance(t, str) and t for t in tags)):
             problems.append("validation.types.tags must be a non-empty list of strings")
+
+
+def _read_declarations(manifest: Manifest, capabilities: dict[str, Any]) -> None:
+    """The tools and tasks the env declares (RFC 008 checks them against what it serves)."""
+    problems = manifest.problems
+    tools = capabilities.get("declared_tools")
+    if tools is not None:
+        if isinstance(tools, list) and all(isinstance(t, str) and t for t in tools):
+            manifest.declared_tools = list(tools)
+        else:
+            problems.append("validation.capabilities.declared_tools must be a list of tool names")
+    task_api = capabilities.get("task_api", False)
+    if isinstance(task_api, bool):
+        manifest.task_api = task_api
+    else:
+        problems.append(f"validation.capabilities.task_api must be true or false, got {task_api!r}")
+    counts = capabilities.get("declared_task_count")
+    if counts is not None:
+        if isinstance(counts, dict) and all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for k, v in counts.items()
+        ):
+            manifest.declared_task_count = dict(counts)
+        else:
+            problems.append(
+                "validation.capabilities.declared_task_count must map split names to task counts"
+            )
 
 
 def _read_reward(manifest: Manifest, reward: dict[str, Any]) -> None:

@@ -2,7 +2,8 @@
 
 The episode contract: state, seeds, determinism, isolation, termination, a state that keeps
 the answer to itself. The run-wide checks read every exchange of the validation: rewards,
-observation schema, latency.
+observation schema, latency. The declaration checks compare the tools and tasks openenv.yaml
+declares with the ones the env serves.
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskhub import EnvCapacityError, EnvError, EnvLaunchError, EnvTimeout, Task, canonical_json
+from taskhub import (
+    EnvCapacityError,
+    EnvError,
+    EnvLaunchError,
+    EnvTimeout,
+    Task,
+    TaskApiUnsupported,
+    canonical_json,
+)
+from taskhub.env import TaskApiClient, discover_tools, is_tool_env
 
 from ._check import Finding, check, failed, passed, skipped
 from ._driver import (
@@ -904,3 +914,161 @@ async def check_http_episode(subject: Subject) -> Finding:
     return passed(
         "a second HTTP client's reset left the first client's episode alone", measured=measured
     )
+
+
+# --- runtime.tool_declaration_accuracy, runtime.task_declaration_accuracy ---------------------
+
+
+@check(
+    "runtime.tool_declaration_accuracy",
+    level="runtime",
+    needs=("server",),
+    uses=("protocol.schema", "protocol.websocket"),
+)
+async def check_tool_declaration_accuracy(subject: Subject) -> Finding:
+    """The tools openenv.yaml declares are exactly the tools the env lists."""
+    manifest = subject.env.manifest
+    declared = manifest.declared_tools if manifest is not None else None
+    await subject.get(WIRE)
+    driver = subject.driver
+    takes_calls = is_tool_env(driver.action_schema)
+    if declared is None:
+        if takes_calls:
+            return skipped(
+                "the env takes tool calls but openenv.yaml declares no tools",
+                remediation="Declare validation.capabilities.declared_tools: [NAME, ...] so "
+                "that the tools the env serves are checked against what it promises.",
+            )
+        return skipped("openenv.yaml declares no tools (validation.capabilities.declared_tools)")
+    assert driver.url is not None
+    config = driver.config
+    try:
+        tools, via = await discover_tools(
+            driver.http,
+            driver.url,
+            driver.transport or "ws",
+            timeout=config.op_timeout_s,
+            max_frame_bytes=config.max_frame_bytes,
+        )
+    except EnvError as exc:
+        return failed(
+            f"openenv.yaml declares {len(declared)} tool(s) but the env lists none: {exc}",
+            "Serve the declared tools (an MCPEnvironment lists them for a list_tools action and "
+            "over POST /mcp), or remove validation.capabilities.declared_tools.",
+            measured={"declared": list(declared), "takes_tool_calls": takes_calls},
+            evidence=[str(exc)[:1000]],
+        )
+    served = [tool.name for tool in tools]
+    missing = [name for name in declared if name not in served]
+    undeclared = [name for name in served if name not in declared]
+    measured: JsonObject = {
+        "declared": list(declared),
+        "served": served,
+        "discovery": via,
+        "missing": missing,
+        "undeclared": undeclared,
+    }
+    if missing or undeclared:
+        parts = []
+        if missing:
+            parts.append(f"declared but not served: {', '.join(missing)}")
+        if undeclared:
+            parts.append(f"served but not declared: {', '.join(undeclared)}")
+        return failed(
+            f"the declared tools differ from the listed ones ({'; '.join(parts)})",
+            "Make validation.capabilities.declared_tools list exactly the tools the env serves.",
+            measured=measured,
+            evidence=[{"declared": list(declared), "listed": served}],
+        )
+    return passed(
+        f"the {len(served)} declared tool(s) are the ones the env lists ({via})", measured=measured
+    )
+
+
+@check(
+    "runtime.task_declaration_accuracy",
+    level="runtime",
+    needs=("server",),
+    uses=("protocol.schema", "protocol.websocket"),
+)
+async def check_task_declaration_accuracy(subject: Subject) -> Finding:
+    """The Task API and task counts openenv.yaml declares are what the env serves.
+
+    Every split's count must match ``declared_task_count``; its first and last tasks must be
+    served, and a task must start with ``reset(split=..., index=...)``.
+    """
+    manifest = subject.env.manifest
+    counts = manifest.declared_task_count if manifest is not None else None
+    if manifest is None or not (manifest.task_api or counts):
+        return skipped(
+            "openenv.yaml declares no Task API (validation.capabilities.task_api, "
+            "declared_task_count)"
+        )
+    await subject.get(WIRE)
+    driver = subject.driver
+    assert driver.url is not None
+    config = driver.config
+    api = TaskApiClient(
+        driver.url,
+        http=driver.http,
+        timeout=config.op_timeout_s,
+        max_bytes=config.max_frame_bytes,
+    )
+    remediation = (
+        "Implement OpenEnv's TaskProvider methods (list_splits, num_tasks, get_task, "
+        "get_task_range) on the environment, and make declared_task_count say what they serve."
+    )
+    try:
+        splits = [split.name for split in await api.splits()]
+        served = {name: await api.num_tasks(name) for name in splits}
+    except TaskApiUnsupported as exc:
+        return failed(
+            f"openenv.yaml declares the Task API but the env does not serve it: {exc}",
+            remediation,
+            evidence=[str(exc)[:1000]],
+        )
+    except EnvError as exc:
+        return failed(f"the Task API failed: {exc}", remediation, evidence=[str(exc)[:1000]])
+    problems: list[str] = []
+    for name, count in (counts or {}).items():
+        if name not in served:
+            problems.append(f"split {name!r} is declared ({count} tasks) but not served")
+        elif served[name] != count:
+            problems.append(f"split {name!r} declares {count} tasks, serves {served[name]}")
+    if counts:
+        problems += [f"split {n!r} is served but not declared" for n in served if n not in counts]
+    for name, count in served.items():
+        for index in sorted({0, count - 1}) if count else []:
+            try:
+                await api.task(name, index)
+            except EnvError as exc:
+                problems.append(f"task {index} of split {name!r} is not served: {exc}")
+    started = await _starts_by_index(subject, served)
+    if started is not None:
+        problems.append(started)
+    measured: JsonObject = {"declared": dict(counts or {}), "served": dict(served)}
+    if problems:
+        return failed(
+            f"{len(problems)} declaration problem(s): {problems[0]}",
+            remediation,
+            measured=measured,
+            evidence=problems[:10],
+        )
+    return passed(
+        f"{len(served)} split(s) serve the declared task counts "
+        f"({', '.join(f'{n}: {c}' for n, c in served.items())})",
+        measured=measured,
+    )
+
+
+async def _starts_by_index(subject: Subject, served: dict[str, int]) -> str | None:
+    """Why ``reset(split=, index=)`` does not start a served task, or None when it does."""
+    split = next((name for name, count in served.items() if count), None)
+    if split is None or subject.driver.transport is None:
+        return None
+    trajectory = await subject.driver.play(
+        {"split": split, "index": 0, "seed": 1}, lambda i, r: None, max_steps=0
+    )
+    if trajectory.error is not None or trajectory.first is None:
+        return f"reset(split={split!r}, index=0) failed: {trajectory.error}"
+    return None

@@ -15,7 +15,7 @@ from rich.console import Console
 from taskhub._cli._render import BarProgress, summary_table, task_table
 from taskhub._errors import TaskhubError
 from taskhub._runner import RunResult, evaluate, resume
-from taskhub._schema import EvalConfig, SamplingParams
+from taskhub._schema import EvalConfig, SamplingParams, ToolCalling
 from taskhub._urls import redact_urls_in
 
 DEFAULT_MODEL = "local/smollm2-135m"
@@ -143,6 +143,15 @@ def eval_command(
     fail_fast: Annotated[
         bool, typer.Option(help="Stop at the first episode that is not scored.")
     ] = False,
+    tool_calling: Annotated[
+        ToolCalling,
+        typer.Option(
+            help="native: offer the env's actions as function tools (OpenAI tools); text: ask "
+            "for JSON in the reply; auto: native where the backend supports it, text where "
+            "the server refuses tools.",
+            envvar="TASKHUB_TOOL_CALLING",
+        ),
+    ] = "auto",
     revision: Annotated[
         str | None, typer.Option(help="Branch, tag or commit of a Hub taskset.")
     ] = None,
@@ -258,6 +267,7 @@ def eval_command(
                     format_retries=format_retries,
                     fail_fast=fail_fast,
                     trust_remote_code=trust_remote_code,
+                    tool_calling=tool_calling,
                 )
             except ValidationError as exc:
                 first = exc.errors()[0]

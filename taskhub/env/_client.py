@@ -36,6 +36,7 @@ from taskhub._errors import (
     EnvTimeout,
 )
 from taskhub._limits import loads_bounded
+from taskhub._schema import WireDialect
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +148,13 @@ def parse_step_payload(data: Any, where: str) -> StepResult:
     if metadata is not None and not isinstance(metadata, dict):
         raise EnvProtocolError(f"{where}: data.metadata must be an object, got {metadata!r:.100}")
     return StepResult(observation=observation, reward=reward, done=done, metadata=metadata)
+
+
+def wire_dialect(result: StepResult) -> WireDialect:
+    """The OpenEnv dialect an observation was sent in: 0.3 sends no ``metadata`` anywhere."""
+    if result.metadata is not None or "metadata" in result.observation:
+        return "openenv-0.4+"
+    return "openenv-0.3"
 
 
 def _error_from_frame(data: Any, url: str, verb: str) -> EnvError:

@@ -35,9 +35,10 @@ from taskhub._errors import (
     EnvProtocolError,
     EnvTimeout,
 )
-from taskhub._schema import EnvInfo, HttpDialect
+from taskhub._schema import EnvInfo, HttpDialect, ToolSpec
 from taskhub.env._client import EnvClient, Transport, split_base_url
 from taskhub.env._http import fetch_json, learn_http_dialect
+from taskhub.env._tools import ToolDiscovery, discover_tools, is_tool_env
 
 logger = logging.getLogger(__name__)
 
@@ -434,6 +435,10 @@ class EnvHandle:
         metadata = await _optional_json(self.http, urls[0], "/metadata")
         schema = await _optional_json(self.http, urls[0], "/schema")
         action_schema = schema.get("action") if isinstance(schema, dict) else None
+        action_schema = action_schema if isinstance(action_schema, dict) else None
+        tools, discovery = await _tools_of(
+            self.http, urls[0], transport, action_schema, self.headers
+        )
         self.info = EnvInfo(
             spec=target.spec,
             kind=target.kind,
@@ -441,8 +446,11 @@ class EnvHandle:
             transport=transport,
             http_dialect=dialect,
             metadata=metadata if isinstance(metadata, dict) else None,
-            action_schema=action_schema if isinstance(action_schema, dict) else None,
+            action_schema=action_schema,
             path=str(target.path) if target.path else None,
+            tools=tools,
+            tool_discovery=discovery,
+            server_openenv=openenv_version(metadata),
         )
         return self.info
 
@@ -450,6 +458,36 @@ class EnvHandle:
         """Stop every server this handle launched."""
         for server in self.servers:
             server.stop()
+
+
+async def _tools_of(
+    http: httpx.AsyncClient,
+    url: str,
+    transport: Transport,
+    action_schema: dict[str, Any] | None,
+    headers: dict[str, str],
+) -> tuple[list[ToolSpec] | None, ToolDiscovery | None]:
+    """A tool env's tools (None for other envs, and for a tool env that lists none)."""
+    if not is_tool_env(action_schema):
+        return None, None
+    try:
+        return await discover_tools(http, url, transport, headers=headers)
+    except EnvError as exc:
+        logger.warning("%s: %s; its actions are offered by their schema alone", url, exc)
+        return None, None
+
+
+def openenv_version(metadata: Any) -> str | None:
+    """The server's OpenEnv version, when ``/metadata`` gives it (``openenv_version``)."""
+    if not isinstance(metadata, dict):
+        return None
+    for key in ("openenv_version", "openenv", "framework_version"):
+        value = metadata.get(key)
+        if isinstance(value, str) and 0 < len(value) <= 64:
+            return value
+        if isinstance(value, dict) and isinstance(value.get("version"), str):
+            return str(value["version"])[:64]
+    return None
 
 
 async def _optional_json(http: httpx.AsyncClient, base_url: str, path: str) -> Any:

@@ -1,4 +1,12 @@
-"""Any OpenAI-compatible chat-completions endpoint: vLLM, TGI, Ollama, llama.cpp, OpenAI."""
+"""Any OpenAI-compatible chat-completions endpoint: vLLM, TGI, Ollama, llama.cpp, OpenAI.
+
+Native tool calling: the functions of ``GenerateRequest.tools`` go out as ``tools`` and the
+reply's ``tool_calls`` come back as ``Generation.tool_calls`` (several, in order). Under
+``tool_calling="auto"`` a server that refuses tools (an HTTP error whose body names them, as
+llama.cpp without ``--jinja``, vLLM without ``--enable-auto-tool-choice`` or an Ollama model
+without tool support answer) switches the backend to text for the rest of the run: the same
+request is sent again as plain text, with the functions described in the system message.
+"""
 
 from __future__ import annotations
 
@@ -20,12 +28,15 @@ from taskhub._registry import model_backend
 from taskhub._schema import JsonObject, Usage
 from taskhub._urls import redact_url, redact_urls_in
 from taskhub.models._base import GenerateRequest, Generation, ModelOptions, cut_reply
+from taskhub.models._chat import openai_messages, openai_tools, parse_tool_calls, text_messages
 
 logger = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 #: Longest single wait between retries, seconds (a larger Retry-After is capped by the deadline).
 MAX_BACKOFF_S = 30.0
+#: Statuses with which servers refuse a request's ``tools`` (with a body that names them).
+_TOOLS_REFUSED_STATUS = {400, 404, 422, 500, 501}
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
@@ -92,12 +103,21 @@ class OpenAIChat:
             timeout=httpx.Timeout(options.timeout_s, connect=min(10.0, options.timeout_s)),
         )
         self.details: JsonObject = {"endpoint": self.display_url}
+        self.tool_option = options.tool_calling
+        #: ``native`` while the server takes ``tools``; ``text`` when asked or after a refusal.
+        self.tool_calling = "text" if options.tool_calling == "text" else "native"
+
+    def _native(self, request: GenerateRequest) -> bool:
+        return bool(request.tools) and self.tool_calling == "native"
 
     def _body(self, request: GenerateRequest) -> dict[str, Any]:
         params = request.params
+        native = self._native(request)
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [m.model_dump() for m in request.messages],
+            "messages": openai_messages(request.messages)
+            if native
+            else text_messages(request.messages, request.tools),
             "temperature": params.temperature,
             # llama.cpp's server reads max_tokens, not max_completion_tokens.
             "max_tokens": params.max_tokens,
@@ -108,6 +128,8 @@ class OpenAIChat:
             body["seed"] = params.seed
         if params.stop:
             body["stop"] = params.stop
+        if native and request.tools:
+            body["tools"] = openai_tools(request.tools)
         return body
 
     async def generate(self, request: GenerateRequest) -> Generation:
@@ -126,6 +148,10 @@ class OpenAIChat:
                     raise TimeoutError
                 async with asyncio.timeout(remaining):
                     status, headers, content = await self._post(url, shown, body)
+                if "tools" in body and self._refuses_tools(status, content, shown):
+                    body = self._body(request)  # the same request, as text
+                    attempt -= 1
+                    continue
                 problem = self._problem(status, headers, content, shown)
                 if problem is None:
                     return self._parse(content, shown)
@@ -162,6 +188,27 @@ class OpenAIChat:
                     )
                 chunks.append(chunk)
         return response.status_code, response.headers, b"".join(chunks)
+
+    def _refuses_tools(self, status: int, content: bytes, shown: str) -> bool:
+        """Whether the server refused the request's tools; under ``auto``, switch to text."""
+        if status not in _TOOLS_REFUSED_STATUS:
+            return False
+        text = redact_urls_in(content[:2000].decode("utf-8", "replace"))
+        if "tool" not in text.lower():
+            return False
+        if self.tool_option == "native":
+            error = ModelError(
+                f"{shown} refused the function tools (HTTP {status}: {text[:300]}); enable "
+                "tool calling on the server or use --tool-calling text"
+            )
+            error.retryable = False
+            raise error
+        if self.tool_calling != "text":  # requests in flight meanwhile are refused as well
+            reason = f"HTTP {status}: {text[:300]}"
+            logger.warning("%s refused function tools (%s); using text", shown, reason)
+            self.tool_calling = "text"
+            self.details["tool_calling_fallback"] = reason
+        return True
 
     def _problem(
         self, status: int, headers: httpx.Headers, content: bytes, shown: str
@@ -211,6 +258,7 @@ class OpenAIChat:
                 calls=1,
             ),
             finish_reason=finish if isinstance(finish, str) else None,
+            tool_calls=parse_tool_calls(choice["message"].get("tool_calls"), shown),
         )
 
     async def aclose(self) -> None:

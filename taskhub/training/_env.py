@@ -12,7 +12,6 @@ evaluation would give it.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -22,7 +21,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from taskhub._agent import EpisodeTrace, public_action_schema, run_episode
+from taskhub._agent import EpisodeTrace, run_episode, template_variables
 from taskhub._episode import CAPACITY_WAIT_S, EpisodePlan, plan_episode, record_episode
 from taskhub._errors import AgentFormatError, ConfigError, EnvCapacityError, TaskhubError
 from taskhub._rewards import BoundReward, RewardSet
@@ -35,12 +34,12 @@ from taskhub._schema import (
 )
 from taskhub._taskset import Taskset
 from taskhub._templates import Templates
+from taskhub._tools import Toolbox
 from taskhub._trust import check_remote_code
 from taskhub.env._client import DEFAULT_MAX_FRAME_BYTES, EnvSession
 from taskhub.env._launch import DEFAULT_STARTUP_TIMEOUT_S, EnvHandle
 from taskhub.env._pool import SessionPool
 from taskhub.models._base import GenerateRequest, Generation, ModelBackend
-from taskhub.models._scripted import text_field
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +58,16 @@ class _FirstTurn(Exception):
 
 
 class _CaptureFirstTurn:
-    """A model backend that records the messages of the first call and stops the episode."""
+    """A model backend that records the messages of the first call and stops the episode.
+
+    ``tool_calling`` says which prompt is captured: ``native`` for a trainer that calls the
+    env's tools itself (TRL's ``environment_factory``), ``text`` for replies parsed as text.
+    """
 
     details: dict[str, Any] = {"policy": "capture-first-turn"}
+
+    def __init__(self, tool_calling: str = "text") -> None:
+        self.tool_calling = tool_calling
 
     async def generate(self, request: GenerateRequest) -> Generation:
         raise _FirstTurn(list(request.messages))
@@ -171,6 +177,8 @@ class TrainingEnv:
         self._pool: SessionPool | None = None
         self._limit: asyncio.Semaphore | None = None
         self.info: EnvInfo | None = None
+        #: The env's actions as functions: its tools for a tool env (None before ``start``).
+        self.toolbox: Toolbox | None = None
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -204,6 +212,7 @@ class TrainingEnv:
             startup_timeout=self._startup_timeout_s,
         )
         self.info = await self._handle.start()
+        self.toolbox = Toolbox.for_env(self.info.tools, self.info.action_schema)
         self._pool = SessionPool(
             self.info,
             http=self._http,
@@ -276,17 +285,15 @@ class TrainingEnv:
             card_max_steps=self.taskset.card.max_steps,
         )
 
-    def template_variables(self, task: Task) -> dict[str, Any]:
+    def template_variables(self, task: Task, *, native: bool = False) -> dict[str, Any]:
         """The variables every prompt template of ``task`` sees, as the agent loop sets them."""
         schema = self.info.action_schema if self.info is not None else None
-        public = public_action_schema(schema)
-        return {
-            "task": task.model_dump(exclude={"answer", "oracle_actions"}),
-            "prompt": task.prompt,
-            "action_schema": public,
-            "action_schema_json": json.dumps(public, indent=2) if public else "{}",
-            "text_field": text_field(schema),
-        }
+        return template_variables(task, schema, self.toolbox, native=native)
+
+    @property
+    def tool_env(self) -> bool:
+        """Whether the env is a tool env (MCP): its actions are calls of its listed tools."""
+        return self.toolbox is not None and self.toolbox.mcp
 
     def _rewards_for(self, task: Task) -> list[BoundReward]:
         if task.task_id not in self._task_rewards:
@@ -314,18 +321,27 @@ class TrainingEnv:
 
     # episodes ---------------------------------------------------------------------------------
 
-    async def first_turn_async(self, task: Task, sample: int = 0) -> list[ChatMessage]:
+    async def first_turn_async(
+        self, task: Task, sample: int = 0, *, tool_calling: str = "text"
+    ) -> list[ChatMessage]:
         """Reset the env for ``task`` and return the messages the first model call receives.
+
+        Args:
+            task: The task.
+            sample: Sample index (part of the episode id).
+            tool_calling: ``native`` renders the prompt for a model that calls the env's tools
+                itself (no call format in the text); ``text`` for one that writes its calls.
 
         Raises:
             EnvError: The reset failed.
         """
         plan = self.plan(task, sample)
         trace = EpisodeTrace(reset_payload=plan.reset_payload)
+        capture = _CaptureFirstTurn(tool_calling)
 
         async def use(session: EnvSession) -> list[ChatMessage]:
             try:
-                await self._run(plan, session, _CaptureFirstTurn(), trace, format_retries=0)
+                await self._run(plan, session, capture, trace, format_retries=0)
             except _FirstTurn as captured:
                 return captured.messages
             raise ConfigError(
@@ -334,15 +350,26 @@ class TrainingEnv:
 
         return await self.with_session(use)
 
-    def prompts(self, tasks: Sequence[Task], sample: int = 0) -> list[list[dict[str, str]]]:
+    def prompts(
+        self, tasks: Sequence[Task], sample: int = 0, *, tool_calling: str = "text"
+    ) -> list[list[dict[str, str]]]:
         """Render each task's first-turn chat messages (one env reset per task).
+
+        Args:
+            tasks: The tasks.
+            sample: Sample index.
+            tool_calling: ``native`` or ``text`` (see ``first_turn_async``).
 
         Returns:
             One list of ``{"role", "content"}`` messages per task, as evaluation sends them.
         """
 
         async def all_prompts() -> list[list[ChatMessage]]:
-            return list(await asyncio.gather(*(self.first_turn_async(t, sample) for t in tasks)))
+            return list(
+                await asyncio.gather(
+                    *(self.first_turn_async(t, sample, tool_calling=tool_calling) for t in tasks)
+                )
+            )
 
         return [[m.model_dump() for m in messages] for messages in self.run(all_prompts())]
 
@@ -369,6 +396,7 @@ class TrainingEnv:
             format_retries=format_retries,
             episode_seed=plan.model_seed,
             trace=trace,
+            toolbox=self.toolbox,
         )
 
     async def play_async(
