@@ -31,6 +31,7 @@ from taskhub._errors import (
     TasksetNotFound,
     UnknownPluginError,
 )
+from taskhub._merge import MergeResult, merge_runs
 from taskhub._registry import create, model_backend, registry, reward, validator
 from taskhub._rescore import rescore, rescore_async, rescore_record, rescore_records
 from taskhub._results import (
@@ -130,6 +131,7 @@ __all__ = [
     "EpisodeRecord",
     "ErrorInfo",
     "EvalConfig",
+    "MergeResult",
     "MissingDependencyError",
     "ModelAuthError",
     "ModelError",
@@ -184,6 +186,7 @@ __all__ = [
     "iter_results",
     "load_taskset",
     "mean_ci",
+    "merge_runs",
     "model_backend",
     "parse_action",
     "pass_at_k",

@@ -225,14 +225,18 @@ def _summary_row(record: EpisodeRecord) -> EpisodeRecord:
 
 
 def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, tuple[Task, ...]]:
-    """Apply ``split``, ``shard`` and ``limit`` to a taskset, in that order."""
+    """Apply ``split``, ``limit`` and ``shard`` to a taskset, in that order.
+
+    The limit comes first so that ``--limit N --shard i/n`` over every ``i`` runs exactly the
+    tasks of one ``--limit N`` run, and the shards merge into that run.
+    """
     split = config.split or taskset.default_split()
     tasks = taskset.tasks(split)
+    if config.limit is not None:
+        tasks = tasks[: config.limit]
     if config.shard is not None:
         index, count = config.shard
         tasks = tasks[index::count]
-    if config.limit is not None:
-        tasks = tasks[: config.limit]
     return split, tasks
 
 

@@ -462,9 +462,11 @@ class EvalConfig(BaseModel):
     split: str | None = None
     """Split to evaluate (default: the card's ``default_split``, else ``test``)."""
     limit: Annotated[int, Field(ge=1)] | None = None
-    """Evaluate only the first N tasks (after sharding)."""
+    """Evaluate only the first N tasks of the split (before sharding: the shards of a limited
+    run split those N tasks between them)."""
     shard: tuple[int, int] | None = None
-    """``(i, n)``: evaluate every n-th task starting at i (0-based)."""
+    """``(i, n)``: evaluate every n-th task starting at i (0-based), of the tasks the limit
+    kept."""
     samples: Annotated[int, Field(ge=1)] = 1
     """Episodes per task (for pass@k)."""
     seed: int = 0
@@ -592,6 +594,8 @@ class RunManifest(BaseModel):
     """Run this one was derived from (``taskhub rescore``)."""
     success_threshold: float | None = None
     """The success threshold the run applied (the flag's, else the taskset card's)."""
+    merged_from: list[str] = Field(default_factory=list)
+    """Run ids of the shard runs this run was merged from (``taskhub results merge``)."""
 
 
 #: Result of one validation check (RFC 008 vocabulary).

@@ -86,8 +86,16 @@ def eval_command(
         ),
     ] = None,
     split: Annotated[str | None, typer.Option(help="Split to run (default: the card's).")] = None,
-    limit: Annotated[int | None, typer.Option(help="Run only the first N tasks.", min=1)] = None,
-    shard: Annotated[str | None, typer.Option(help="Run shard i/n of the tasks (0-based).")] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Run only the first N tasks (before --shard).", min=1)
+    ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            help="Run shard i/n (0-based) of the tasks --limit kept; `taskhub results merge` "
+            "joins the shards' run directories into one run."
+        ),
+    ] = None,
     samples: Annotated[
         int, typer.Option("--samples", "-k", help="Episodes per task (pass@k).", min=1)
     ] = 1,

@@ -11,10 +11,12 @@ import typer
 from rich.console import Console
 
 from taskhub._cli._render import summary_table, task_table
+from taskhub._cli.merge import merge_command
 from taskhub._errors import TaskhubError
 from taskhub._results import read_run, summarize
 
 app = typer.Typer(help="Read run directories and publish them.", no_args_is_help=True)
+app.command("merge")(merge_command)
 
 
 @app.command("show")
