@@ -329,6 +329,8 @@ class _Runner:
                 max_sessions=max(config.concurrency, config.max_sessions_per_env or 0),
                 headers=self.env_headers,
                 log_dir=plan.run_dir / "env-logs",
+                provider=config.env_provider,
+                provider_options=config.env_provider_options,
             )
             async with handle:
                 assert handle.info is not None

@@ -498,6 +498,13 @@ class EvalConfig(BaseModel):
     """Stop the run at the first episode that is not scored."""
     max_frame_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     """Largest frame accepted from an env."""
+    env_provider: str | None = None
+    """OpenEnv provider that starts the env (``uv``, ``docker``, ``hf-sandbox``, ``modal``,
+    ``daytona``, ``novita``, ``aca``) instead of taskhub's own launcher; None: launch local envs
+    with uvicorn in this Python, reach URLs and Spaces as they are."""
+    env_provider_options: JsonObject = Field(default_factory=dict)
+    """Keyword arguments of the provider's constructor (never credentials: they are written to
+    ``run.json``; each provider's SDK reads its own from the environment)."""
 
     @field_validator("shard")
     @classmethod
@@ -516,8 +523,8 @@ class EnvInfo(BaseModel):
 
     spec: str
     """The env as the user named it."""
-    kind: Literal["url", "space", "folder", "builtin"]
-    """How the spec was resolved."""
+    kind: Literal["url", "space", "folder", "builtin", "image", "git"]
+    """How the spec was resolved (``image`` and ``git``: sources an env provider starts)."""
     urls: list[str]
     """Base URLs of the servers used (one per replica)."""
     transport: Literal["ws", "http"] = "ws"
@@ -528,6 +535,9 @@ class EnvInfo(BaseModel):
     """The action JSON schema from ``GET /schema``."""
     path: str | None = None
     """Folder launched, for local envs."""
+    provider: str | None = None
+    """The OpenEnv provider that started the servers (``uv``, ``docker``, ``modal``...); None
+    when taskhub launched them itself or reached them at their URL."""
 
 
 class ModelInfo(BaseModel):

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import SecretStr, ValidationError
@@ -29,6 +29,21 @@ def _parse_shard(value: str | None) -> tuple[int, int] | None:
     if not sep or not index.isdigit() or not count.isdigit():
         raise typer.BadParameter(f"{value!r} is not i/n (e.g. 0/4)", param_hint="--shard")
     return int(index), int(count)
+
+
+def _parse_options(values: list[str] | None) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for value in values or []:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(
+                f"{value!r} is not KEY=VALUE", param_hint="--env-provider-option"
+            )
+        try:
+            options[key.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            options[key.strip()] = text
+    return options
 
 
 def _redacted_argv() -> list[str]:
@@ -108,6 +123,23 @@ def eval_command(
     replicas: Annotated[
         int, typer.Option(help="Server processes to launch for a local env.", min=1)
     ] = 1,
+    env_provider: Annotated[
+        str | None,
+        typer.Option(
+            help="Start the env with an OpenEnv provider: uv (ENV: folder, built-in env, Space "
+            "id, git+URL; its own dependencies via uv run), docker (ENV: an image or a Space "
+            "id), hf-sandbox, modal, daytona, novita, aca (ENV: the provider's image source).",
+            envvar="TASKHUB_ENV_PROVIDER",
+        ),
+    ] = None,
+    env_provider_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--env-provider-option",
+            help="KEY=VALUE passed to the provider's constructor (VALUE read as JSON when it "
+            "parses), repeatable. Never credentials: the SDKs read theirs from the environment.",
+        ),
+    ] = None,
     max_sessions_per_env: Annotated[
         int | None,
         typer.Option(help="Sessions per server at most (default: learnt from the server).", min=1),
@@ -225,6 +257,8 @@ def eval_command(
                     seed=seed,
                     concurrency=concurrency,
                     replicas=replicas,
+                    env_provider=env_provider,
+                    env_provider_options=_parse_options(env_provider_option),
                     max_sessions_per_env=max_sessions_per_env,
                     max_steps=max_steps,
                     rewards=reward or None,
