@@ -19,6 +19,7 @@ from taskhub._errors import (
     EnvLaunchError,
     EnvProtocolError,
     EnvTimeout,
+    ExecutorError,
     MissingDependencyError,
     ModelAuthError,
     ModelError,
@@ -31,7 +32,9 @@ from taskhub._errors import (
     TasksetNotFound,
     UnknownPluginError,
 )
+from taskhub._executor import EpisodeJob, EpisodeSink, Executor
 from taskhub._merge import MergeResult, merge_runs
+from taskhub._ray import RayExecutor, WorkerInfo
 from taskhub._registry import create, model_backend, registry, reward, validator
 from taskhub._rescore import rescore, rescore_async, rescore_record, rescore_records
 from taskhub._results import (
@@ -58,6 +61,7 @@ from taskhub._rewards import (
     total_reward,
 )
 from taskhub._runner import (
+    EpisodeWorker,
     Progress,
     RunResult,
     evaluate,
@@ -77,6 +81,7 @@ from taskhub._schema import (
     EpisodeRecord,
     ErrorInfo,
     EvalConfig,
+    ExecutorInfo,
     ModelInfo,
     Outcome,
     PluginSpec,
@@ -128,9 +133,15 @@ __all__ = [
     "EnvLaunchError",
     "EnvProtocolError",
     "EnvTimeout",
+    "EpisodeJob",
     "EpisodeRecord",
+    "EpisodeSink",
+    "EpisodeWorker",
     "ErrorInfo",
     "EvalConfig",
+    "Executor",
+    "ExecutorError",
+    "ExecutorInfo",
     "MergeResult",
     "MissingDependencyError",
     "ModelAuthError",
@@ -143,6 +154,7 @@ __all__ = [
     "ProfileResult",
     "Progress",
     "PushResult",
+    "RayExecutor",
     "RedactionReport",
     "Redactor",
     "ResultsError",
@@ -174,6 +186,7 @@ __all__ = [
     "Usage",
     "ValidationReport",
     "Verdict",
+    "WorkerInfo",
     "__version__",
     "build_reward",
     "builtin_tasksets",

@@ -559,6 +559,21 @@ class ModelInfo(BaseModel):
     """Backend-specific provenance (weights file and its sha256, library versions...)."""
 
 
+class ExecutorInfo(BaseModel):
+    """Where a run's episodes were played (it changes no record)."""
+
+    model_config = _MODEL_CONFIG
+
+    kind: Literal["local", "ray"] = "local"
+    """``local``: in the process that wrote the run; ``ray``: on a Ray cluster's nodes."""
+    address: str | None = None
+    """The Ray cluster's address, None when a local Ray instance was started for the run."""
+    nodes: int = 1
+    """Workers that played episodes (one per node)."""
+    version: str | None = None
+    """Version of Ray."""
+
+
 class RunManifest(BaseModel):
     """``run.json``: the configuration and provenance of a run."""
 
@@ -606,6 +621,8 @@ class RunManifest(BaseModel):
     """The success threshold the run applied (the flag's, else the taskset card's)."""
     merged_from: list[str] = Field(default_factory=list)
     """Run ids of the shard runs this run was merged from (``taskhub results merge``)."""
+    executor: ExecutorInfo | None = None
+    """Where the episodes of the latest session were played (None in files of older taskhub)."""
 
 
 #: Result of one validation check (RFC 008 vocabulary).

@@ -198,6 +198,18 @@ def eval_command(
             "(other arguments are taken from its run.json).",
         ),
     ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Play the episodes on a Ray cluster, one worker per node (each with its own "
+            "env servers, model client and --concurrency): 'local' starts Ray on this machine, "
+            "'auto' joins the one running here, HOST:PORT or ray://HOST:PORT a cluster. The "
+            "records are those of a run without --ray. Needs taskhub-openenv[ray].",
+            envvar="TASKHUB_RAY",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     progress: Annotated[
         bool | None,
@@ -229,6 +241,11 @@ def eval_command(
     hub_token = os.environ.get("HF_TOKEN")
     if hub_token and "/" in env and not env.startswith(("http", "ws", ".", "/")):
         headers["Authorization"] = f"Bearer {hub_token}"
+    executor = None
+    if ray is not None:
+        from taskhub._ray import RayExecutor
+
+        executor = RayExecutor(ray)
     try:
         result: RunResult
         if resume_dir is not None:
@@ -238,6 +255,7 @@ def eval_command(
                 progress=bar,
                 env_headers=headers,
                 argv=_redacted_argv(),
+                executor=executor,
             )
         else:
             try:
@@ -282,6 +300,7 @@ def eval_command(
                 env_headers=headers,
                 hub_token=hub_token,
                 argv=_redacted_argv(),
+                executor=executor,
             )
     except KeyboardInterrupt:
         typer.echo(
