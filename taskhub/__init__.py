@@ -8,6 +8,7 @@ directory with full provenance.
 from __future__ import annotations
 
 from taskhub._agent import parse_action
+from taskhub._episode import EpisodePlan, plan_episode, record_episode
 from taskhub._errors import (
     AgentFormatError,
     ConfigError,
@@ -134,6 +135,7 @@ __all__ = [
     "EnvProtocolError",
     "EnvTimeout",
     "EpisodeJob",
+    "EpisodePlan",
     "EpisodeRecord",
     "EpisodeSink",
     "EpisodeWorker",
@@ -203,6 +205,7 @@ __all__ = [
     "model_backend",
     "parse_action",
     "pass_at_k",
+    "plan_episode",
     "profile_taskset",
     "pull_results",
     "push_results",
@@ -212,6 +215,7 @@ __all__ = [
     "read_results",
     "read_results_table",
     "read_run",
+    "record_episode",
     "redact_run",
     "registry",
     "rescore",

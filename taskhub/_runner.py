@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import importlib.metadata
 import logging
 import platform
@@ -32,10 +31,13 @@ import httpx
 from pydantic import SecretStr
 
 from taskhub._agent import EpisodeTrace, run_episode
+from taskhub._episode import CAPACITY_WAIT_S, plan_episode, record_episode
 from taskhub._errors import (
     AgentFormatError,
     ConfigError,
     EnvCapacityError,
+    EnvClosedError,
+    EnvConnectError,
     EnvError,
     EnvTimeout,
     ModelAuthError,
@@ -54,11 +56,10 @@ from taskhub._results import (
     summarize,
     write_manifest,
 )
-from taskhub._rewards import BoundReward, RewardSet, score_episode
+from taskhub._rewards import BoundReward, RewardSet
 from taskhub._schema import (
     EnvInfo,
     EpisodeRecord,
-    ErrorInfo,
     EvalConfig,
     ExecutorInfo,
     ModelInfo,
@@ -75,10 +76,6 @@ from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_m
 
 logger = logging.getLogger(__name__)
 
-#: Step limit when neither the run, the row nor the card sets one.
-DEFAULT_MAX_STEPS = 100
-#: Longest wait for a free session on a server at capacity before the episode is an infra error.
-CAPACITY_WAIT_S = 600.0
 _LIBRARIES = ("httpx", "websockets", "pydantic", "jinja2", "huggingface-hub", "openenv")
 
 
@@ -105,12 +102,6 @@ class RunResult:
     run_dir: Path
     manifest: RunManifest
     summary: RunSummary
-
-
-def derive_seed(*parts: object) -> int:
-    """Return a deterministic 31-bit seed from ``parts``."""
-    digest = hashlib.sha256("\0".join(str(p) for p in parts).encode()).hexdigest()
-    return int(digest[:8], 16) % 2**31
 
 
 def _slug(text: str, size: int = 32) -> str:
@@ -142,55 +133,6 @@ def _versions() -> dict[str, str]:
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class EpisodePlan:
-    """How an episode is started: the same values wherever a task is run (eval or training)."""
-
-    task: Task
-    sample: int
-    task_hash: str
-    reset_payload: dict[str, Any]
-    env_seed: int
-    episode_id: str
-    model_seed: int
-    max_steps: int
-
-
-def plan_episode(
-    task: Task,
-    sample: int,
-    *,
-    run_seed: int,
-    max_steps: int | None = None,
-    card_max_steps: int | None = None,
-    model_seed: int | None = None,
-) -> EpisodePlan:
-    """Decide the seeds, episode id, reset payload and step limit of one episode.
-
-    The env seed is the row's own ``seed`` when it pins one, else derived from the run seed and
-    the task id (the same for every sample, so samples replay the same task); the model seed is
-    derived per sample unless fixed; the episode id depends on the task's content, the sample
-    and the run seed only, so identical runs send identical frames.
-    """
-    task_hash = task.content_hash()
-    env_seed = task.reset.get("seed")
-    if not isinstance(env_seed, int) or isinstance(env_seed, bool):
-        env_seed = derive_seed(run_seed, task.task_id)
-    episode_id = hashlib.sha256(f"{task_hash}:{sample}:{run_seed}".encode()).hexdigest()[:32]
-    return EpisodePlan(
-        task=task,
-        sample=sample,
-        task_hash=task_hash,
-        reset_payload={"seed": env_seed, "episode_id": episode_id, **task.reset},
-        env_seed=env_seed,
-        episode_id=episode_id,
-        model_seed=model_seed
-        if model_seed is not None
-        else derive_seed(run_seed, task.task_id, sample),
-        max_steps=max_steps or task.max_steps or card_max_steps or DEFAULT_MAX_STEPS,
-    )
 
 
 @dataclass
@@ -353,8 +295,10 @@ class _Runner:
                     timeout=config.step_timeout_s,
                     max_frame_bytes=config.max_frame_bytes,
                     headers=self.env_headers,
+                    reuse=not config.fresh_session,
                 )
-                yield
+                async with self.pool:
+                    yield
         finally:
             await self.model.aclose()
 
@@ -522,33 +466,36 @@ class _Runner:
             trace = EpisodeTrace(reset_payload=episode.reset_payload)
             started_at, started = _now(), time.perf_counter()
             error: BaseException | None = None
+            reused = False
             try:
-                async with self.pool.session() as (session, endpoint):
-                    try:
-                        async with asyncio.timeout(config.episode_timeout_s):
-                            await run_episode(
-                                task=task,
-                                session=session,
-                                model=self.model,
-                                templates=plan.templates,
-                                action_schema=self.env_info.action_schema
-                                if self.env_info
-                                else None,
-                                reset_payload=episode.reset_payload,
-                                sampling=sampling,
-                                max_steps=episode.max_steps,
-                                format_retries=config.format_retries,
-                                episode_seed=episode.model_seed,
-                                trace=trace,
-                            )
-                    except EnvCapacityError:
-                        await self.pool.at_capacity(endpoint)
-                        raise
+                async with self.pool.session() as pooled:
+                    reused = pooled.reused
+                    async with asyncio.timeout(config.episode_timeout_s):
+                        await run_episode(
+                            task=task,
+                            session=pooled.session,
+                            model=self.model,
+                            templates=plan.templates,
+                            action_schema=self.env_info.action_schema if self.env_info else None,
+                            reset_payload=episode.reset_payload,
+                            sampling=sampling,
+                            max_steps=episode.max_steps,
+                            format_retries=config.format_retries,
+                            episode_seed=episode.model_seed,
+                            trace=trace,
+                        )
             except EnvCapacityError as exc:
                 if time.monotonic() < capacity_deadline:
                     attempts -= 1  # back-pressure, not a failed attempt
                     await asyncio.sleep(capacity_delay * random.uniform(0.5, 1.5))
                     capacity_delay = min(capacity_delay * 2, 5.0)
+                    continue
+                error = exc
+            except (EnvClosedError, EnvConnectError) as exc:
+                if reused and trace.initial is None:
+                    # a parked session the server closed between episodes: not this episode's
+                    # failure; the pool dropped it, so the next try gets another session
+                    attempts -= 1
                     continue
                 error = exc
             except TimeoutError:
@@ -665,75 +612,6 @@ class EpisodeWorker:
         """Stop the env servers and close the model client."""
         self._runner = None
         await self._stack.aclose()
-
-
-async def record_episode(
-    episode: EpisodePlan,
-    trace: EpisodeTrace,
-    error: BaseException | None,
-    *,
-    run_id: str,
-    split: str,
-    attempts: int,
-    started_at: datetime,
-    duration: float,
-    rewards: Sequence[BoundReward],
-    success_threshold: float,
-) -> EpisodeRecord:
-    """Turn a played episode into its record: outcome, error, rewards, success.
-
-    ``scored`` unless ``error`` says otherwise: an ``AgentFormatError`` is an ``agent_error``
-    (scored with what it earned), anything else an ``infra_error`` (not scored). A reward that
-    fails on a scored episode makes it a ``reward_error``; an agent error stays one (its failed
-    component keeps the message).
-    """
-    outcome = "scored"
-    if isinstance(error, AgentFormatError):
-        outcome = "agent_error"
-    elif error is not None:
-        outcome = "infra_error"
-    initial = trace.initial
-    task = episode.task
-    record = EpisodeRecord(
-        run_id=run_id,
-        episode_id=episode.episode_id,
-        task_id=task.task_id,
-        task_hash=episode.task_hash,
-        split=split,
-        sample=episode.sample,
-        seed=episode.env_seed,
-        outcome=outcome,  # type: ignore[arg-type]
-        reward=None,
-        success=None,
-        env_reward=sum(s.reward or 0.0 for s in trace.steps) if initial else None,
-        error=ErrorInfo.from_exception(error) if error is not None else None,
-        attempts=attempts,
-        terminated=trace.terminated,
-        truncated=trace.truncated,
-        num_steps=len(trace.steps),
-        reset_payload=trace.reset_payload,
-        initial_observation=initial.observation if initial else None,
-        reset_metadata=initial.metadata if initial else None,
-        steps=trace.steps,
-        messages=trace.messages,
-        usage=trace.usage,
-        started_at=started_at,
-        duration_s=duration,
-        env_time_s=trace.env_time_s,
-        model_time_s=trace.model_time_s,
-        task=task,
-    )
-    if outcome == "infra_error":
-        return record
-    components, total, reward_error = await score_episode(record, rewards)
-    update: dict[str, Any] = {"reward_components": components, "reward": total}
-    if reward_error is not None:
-        if outcome == "scored":
-            update["outcome"] = "reward_error"
-            update["error"] = ErrorInfo(type="RewardError", message=reward_error, boundary="reward")
-    elif total is not None:
-        update["success"] = total >= success_threshold
-    return record.model_copy(update=update)
 
 
 @functools.cache

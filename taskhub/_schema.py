@@ -505,6 +505,9 @@ class EvalConfig(BaseModel):
     env_provider_options: JsonObject = Field(default_factory=dict)
     """Keyword arguments of the provider's constructor (never credentials: they are written to
     ``run.json``; each provider's SDK reads its own from the environment)."""
+    fresh_session: bool = False
+    """Open a new env session for every episode, instead of resetting an idle open session of
+    the server again (WebSocket servers serve many episodes per session)."""
 
     @field_validator("shard")
     @classmethod

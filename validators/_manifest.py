@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ._check import JsonObject
+from ._json import JsonObject
 
 ManifestFormat = Literal["served", "descriptive", "unknown"]
 

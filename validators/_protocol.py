@@ -14,132 +14,33 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from taskhub import EnvCapacityError, EnvConnectError, EnvError, EnvLaunchError, EnvTimeout
+from taskhub import EnvCapacityError, EnvConnectError, EnvError
 from taskhub.env import EnvClient, split_base_url
 
-from ._check import Finding, JsonObject, check, failed, passed
-from ._subject import Subject
-
-
-@dataclass
-class HttpReply:
-    """An HTTP answer as a check saw it."""
-
-    path: str
-    status: int | None = None
-    body: bytes = b""
-    json: Any = None
-    error: str | None = None
-    latency_s: float = 0.0
-
-    def evidence(self) -> JsonObject:
-        """Status and body excerpt, for reports."""
-        out: JsonObject = {
-            "request": self.path,
-            "status": self.status,
-            "body": self.body[:400].decode("utf-8", "replace"),
-        }
-        if self.error:
-            out["error"] = self.error
-        return out
-
-
-async def http_call(
-    subject: Subject,
-    path: str,
-    *,
-    method: str = "GET",
-    json_body: Any = None,
-    content: bytes | None = None,
-) -> HttpReply:
-    """One HTTP request under the op deadline, reading at most ``max_frame_bytes``."""
-    reply = HttpReply(f"{method} {path}")
-    if subject.url is None:
-        reply.error = "no server"
-        return reply
-    url = split_base_url(subject.url)[0] + path
-    started = time.perf_counter()
-    limit = subject.config.max_frame_bytes
-    kwargs: dict[str, Any] = {}
-    if content is not None:
-        kwargs = {"content": content, "headers": {"content-type": "application/json"}}
-    elif json_body is not None:
-        kwargs = {"json": json_body}
-    try:
-        async with asyncio.timeout(subject.config.op_timeout_s):
-            async with subject.http.stream(method, url, **kwargs) as response:
-                reply.status = response.status_code
-                async for chunk in response.aiter_bytes():
-                    reply.body += chunk
-                    if len(reply.body) > limit:
-                        reply.error = f"body larger than {limit} bytes"
-                        break
-    except TimeoutError:
-        reply.error = f"no answer within {subject.config.op_timeout_s:g}s"
-    except httpx.HTTPError as exc:
-        reply.error = f"{type(exc).__name__}: {exc}"
-    reply.latency_s = time.perf_counter() - started
-    if reply.error is None and reply.body:
-        try:
-            reply.json = json.loads(reply.body)
-        except ValueError:
-            reply.json = None
-    return reply
-
-
-# --- runtime.startup ---------------------------------------------------------------------------
-
-
-@check("runtime.startup", level="runtime", order=20)
-async def check_startup(subject: Subject) -> Finding:
-    """The env starts (a folder is launched locally) and answers HTTP."""
-    if subject.folder is not None:
-        started = time.perf_counter()
-        try:
-            server = await subject.launch()
-        except (EnvLaunchError, EnvTimeout) as exc:
-            return failed(
-                f"the server did not start: {str(exc).splitlines()[0]}",
-                "Make `python -m uvicorn <app> --port P` work from the env folder with the "
-                "declared dependencies installed; the log shows the error.",
-                measured={"startup_s": round(time.perf_counter() - started, 3)},
-                evidence=[str(exc)[-3000:]],
-            )
-        subject.sample_rss()
-        return passed(
-            f"launched {subject.root.name} and /health answered in "
-            f"{time.perf_counter() - started:.2f}s",
-            measured={
-                "startup_s": round(time.perf_counter() - started, 3),
-                "pid": server.process.pid,
-                "url": server.url,
-            },
-        )
-    reply = await http_call(subject, "/health")
-    if reply.status is None:
-        # a server without /health still answers something on /
-        reply = await http_call(subject, "/")
-    if reply.status is None:
-        url, subject.url = subject.url, None
-        return failed(
-            f"{url} does not answer: {reply.error}",
-            "Start the server and check the URL.",
-            evidence=[reply.evidence()],
-        )
-    return passed(f"{subject.url} answers HTTP", measured={"status": reply.status})
-
+from ._check import Finding, check, failed, passed
+from ._driver import HttpReply, http_call
+from ._json import JsonObject
+from ._subject import Product, Subject
 
 # --- HTTP routes -------------------------------------------------------------------------------
 
 
-@check("protocol.health", level="protocol", order=30, needs=("server",))
+async def fetch_metadata(subject: Subject) -> HttpReply:
+    """``GET /metadata`` as the server answered it."""
+    return await http_call(subject.driver, "/metadata")
+
+
+#: The server's ``GET /metadata`` reply (the report carries its body).
+METADATA = Product("metadata", fetch_metadata)
+
+
+@check("protocol.health", level="protocol", needs=("server",))
 async def check_health(subject: Subject) -> Finding:
     """GET /health answers 200."""
-    reply = await http_call(subject, "/health")
+    reply = await http_call(subject.driver, "/health")
     measured: JsonObject = {"status": reply.status, "latency_s": round(reply.latency_s, 4)}
     if reply.status != 200:
         return failed(
@@ -151,13 +52,11 @@ async def check_health(subject: Subject) -> Finding:
     return passed("GET /health answers 200", measured=measured, evidence=[reply.evidence()])
 
 
-@check("protocol.metadata", level="protocol", order=31, needs=("server",))
+@check("protocol.metadata", level="protocol", needs=("server",))
 async def check_metadata(subject: Subject) -> Finding:
     """GET /metadata returns the env's name and description."""
-    reply = await http_call(subject, "/metadata")
+    reply = await subject.get(METADATA)
     body = reply.json if isinstance(reply.json, dict) else None
-    if body is not None:
-        subject.metadata = body
     if (
         reply.status != 200
         or body is None
@@ -183,10 +82,11 @@ def _is_json_schema(value: Any) -> bool:
     )
 
 
-@check("protocol.schema", level="protocol", order=32, needs=("server",))
+@check("protocol.schema", level="protocol", needs=("server",))
 async def check_schema(subject: Subject) -> Finding:
     """GET /schema returns JSON schemas of the action, the observation and the state."""
-    reply = await http_call(subject, "/schema")
+    wire = await subject.get(WIRE)
+    reply = wire.schema_reply
     body = reply.json if isinstance(reply.json, dict) else {}
     parts = {key: _is_json_schema(body.get(key)) for key in ("action", "observation", "state")}
     measured: JsonObject = {
@@ -203,14 +103,13 @@ async def check_schema(subject: Subject) -> Finding:
             measured=measured,
             evidence=[reply.evidence()],
         )
-    subject.schema = body
     return passed("GET /schema describes the action, observation and state", measured=measured)
 
 
-@check("protocol.openapi", level="protocol", order=33, needs=("server",))
+@check("protocol.openapi", level="protocol", needs=("server",))
 async def check_openapi(subject: Subject) -> Finding:
     """GET /openapi.json is an OpenAPI document listing the env's routes."""
-    reply = await http_call(subject, "/openapi.json")
+    reply = await http_call(subject.driver, "/openapi.json")
     body = reply.json if isinstance(reply.json, dict) else {}
     paths = body.get("paths")
     if (
@@ -288,14 +187,15 @@ async def raw_recv(ws: ClientConnection, timeout: float) -> RawReply:
 @contextlib.asynccontextmanager
 async def raw_socket(subject: Subject) -> Any:
     """A raw WebSocket to the env's ``/ws`` (deadline on the handshake, limit on frames)."""
-    if subject.url is None:
+    driver = subject.driver
+    if driver.url is None:
         raise EnvConnectError("no server")
-    ws_url = split_base_url(subject.url)[1]
+    ws_url = split_base_url(driver.url)[1]
     try:
         ws = await connect(
             ws_url,
-            open_timeout=subject.config.op_timeout_s,
-            max_size=subject.config.max_frame_bytes,
+            open_timeout=driver.config.op_timeout_s,
+            max_size=driver.config.max_frame_bytes,
             compression=None,
             close_timeout=1,
         )
@@ -313,31 +213,73 @@ async def raw_socket(subject: Subject) -> Any:
             ws.transport.abort()
 
 
-@check("protocol.websocket", level="protocol", order=34, needs=("server",))
-async def check_websocket(subject: Subject) -> Finding:
-    """The WebSocket /ws accepts a session and answers reset with an observation frame."""
-    timeout = subject.config.op_timeout_s
-    frame = json.dumps({"type": "reset", "data": {"seed": 1, "episode_id": "taskhub-ws-probe"}})
+@dataclass
+class Wire:
+    """What the server speaks, as discovered before the first episode."""
+
+    schema_reply: HttpReply
+    """``GET /schema`` as answered."""
+    ws_frame: str = ""
+    """The reset frame sent to ``/ws``."""
+    ws_reply: RawReply | None = None
+    """What ``/ws`` answered to it (None when no socket opened)."""
+    ws_error: str | None = None
+    """Why no WebSocket opened."""
+
+
+async def discover_wire(subject: Subject) -> Wire:
+    """Learn how the server speaks: its schemas, then ``/ws``, else the HTTP fallback.
+
+    The driver is set up with what is found (transport and schemas), so that every episode
+    after this one speaks the server's wire.
+    """
+    driver = subject.driver
+    reply = await http_call(driver, "/schema")
+    body = reply.json if isinstance(reply.json, dict) else {}
+    if reply.status == 200 and all(
+        _is_json_schema(body.get(key)) for key in ("action", "observation", "state")
+    ):
+        driver.schema = body
+    wire = Wire(schema_reply=reply)
+    wire.ws_frame = json.dumps(
+        {"type": "reset", "data": {"seed": 1, "episode_id": "taskhub-ws-probe"}}
+    )
     try:
         async with raw_socket(subject) as ws:
-            await ws.send(frame)
-            reply = await raw_recv(ws, timeout)
+            await ws.send(wire.ws_frame)
+            wire.ws_reply = await raw_recv(ws, driver.config.op_timeout_s)
     except EnvConnectError as exc:
+        wire.ws_error = str(exc)
         if await _has_http_episodes(subject):
-            subject.transport = "http"
+            driver.transport = "http"
+        return wire
+    if wire.ws_reply.kind in ("observation", "error"):
+        driver.transport = "ws"
+    return wire
+
+
+#: How the server speaks (transport, schemas); the driver is set up from it.
+WIRE = Product("wire", discover_wire)
+
+
+@check("protocol.websocket", level="protocol", needs=("server",), provides=("ws",))
+async def check_websocket(subject: Subject) -> Finding:
+    """The WebSocket /ws accepts a session and answers reset with an observation frame."""
+    wire = await subject.get(WIRE)
+    transport = subject.driver.transport
+    if wire.ws_reply is None:
         return failed(
-            f"no WebSocket episode session: {exc}",
+            f"no WebSocket episode session: {wire.ws_error}",
             "Serve the OpenEnv WebSocket endpoint /ws (create_app does): episodes over HTTP "
             "cannot carry a session, so concurrent episodes trample one global env.",
-            measured={"http_fallback": subject.transport == "http"},
-            evidence=[str(exc)],
+            measured={"http_fallback": transport == "http"},
+            evidence=[wire.ws_error],
         )
-    evidence = [{"sent": frame[:300], **reply.evidence()}]
+    reply = wire.ws_reply
+    evidence = [{"sent": wire.ws_frame[:300], **reply.evidence()}]
     if reply.kind == "observation":
-        subject.transport = "ws"
         return passed("/ws answers reset with an observation frame", evidence=evidence)
     if reply.kind == "error" and reply.code == "CAPACITY_REACHED":
-        subject.transport = "ws"
         return failed(
             "/ws refused the first session with CAPACITY_REACHED",
             "Accept at least one session (max_concurrent_envs >= 1).",
@@ -345,7 +287,6 @@ async def check_websocket(subject: Subject) -> Finding:
         )
     if reply.kind == "error":
         # the protocol works; the reset itself failed on these kwargs (protocol.episode judges)
-        subject.transport = "ws"
         return passed("/ws answers frames (reset with a bare seed was refused)", evidence=evidence)
     return failed(
         f"/ws answered reset with {reply.kind}",
@@ -355,18 +296,26 @@ async def check_websocket(subject: Subject) -> Finding:
 
 
 async def _has_http_episodes(subject: Subject) -> bool:
-    reply = await http_call(subject, "/openapi.json")
+    reply = await http_call(subject.driver, "/openapi.json")
     paths = reply.json.get("paths") if isinstance(reply.json, dict) else None
     if isinstance(paths, dict):
         return "/reset" in paths and "/step" in paths
-    probe = await http_call(subject, "/reset", method="POST", json_body={})
+    probe = await http_call(subject.driver, "/reset", method="POST", json_body={})
     return probe.status is not None and probe.status < 404
 
 
-@check("protocol.episode", level="protocol", order=35, needs=("server",))
+@check(
+    "protocol.episode",
+    level="protocol",
+    needs=("server",),
+    uses=("protocol.schema", "protocol.websocket"),
+    provides=("episode",),
+)
 async def check_episode(subject: Subject) -> Finding:
     """A whole episode runs: reset, then a step, both answered with observations."""
-    if subject.transport is None:
+    await subject.get(WIRE)
+    transport = subject.driver.transport
+    if transport is None:
         return failed(
             "the server speaks neither the WebSocket protocol nor the HTTP fallback",
             "Serve /ws (or at least POST /reset and POST /step) as OpenEnv's create_app does.",
@@ -374,11 +323,13 @@ async def check_episode(subject: Subject) -> Finding:
     task = subject.tasks[0] if subject.tasks else None
     kwargs = subject.reset_kwargs(task) if task is not None else {"seed": 1}
     action = subject.noop_action()
-    trajectory = await subject.play(kwargs, lambda i, r: action if i == 0 else None, max_steps=1)
+    trajectory = await subject.driver.play(
+        kwargs, lambda i, r: action if i == 0 else None, max_steps=1
+    )
     evidence: list[Any] = [trajectory.describe()]
     if trajectory.error is not None or trajectory.first is None:
         return failed(
-            f"an episode does not run over {subject.transport}: {trajectory.error}",
+            f"an episode does not run over {transport}: {trajectory.error}",
             "reset() must return an observation for the taskset's kwargs and step() must "
             "accept the action schema's emptiest action.",
             evidence=evidence,
@@ -387,28 +338,28 @@ async def check_episode(subject: Subject) -> Finding:
         return failed(
             "step was not answered", "Answer step frames with observations.", evidence=evidence
         )
-    subject.cache["episode_ok"] = True
     return passed(
-        f"reset and step answer with observations over {subject.transport}",
-        measured={"transport": subject.transport},
+        f"reset and step answer with observations over {transport}",
+        measured={"transport": transport},
         evidence=evidence,
     )
 
 
 def _client(subject: Subject) -> EnvClient:
+    driver = subject.driver
     return EnvClient(
-        subject.url or "",
-        timeout=subject.config.op_timeout_s,
-        connect_timeout=subject.config.op_timeout_s,
-        max_frame_bytes=subject.config.max_frame_bytes,
+        driver.url or "",
+        timeout=driver.config.op_timeout_s,
+        connect_timeout=driver.config.op_timeout_s,
+        max_frame_bytes=driver.config.max_frame_bytes,
     )
 
 
-@check("protocol.concurrency", level="protocol", order=36, needs=("episode", "ws"))
+@check("protocol.concurrency", level="protocol", needs=("episode", "ws"))
 async def check_concurrency(subject: Subject) -> Finding:
     """The server serves as many concurrent sessions as declared (or as it was asked for)."""
-    declared = subject.declared_sessions
-    asked = declared or (subject.config.sessions if subject.server is not None else None)
+    declared = subject.env.declared_sessions
+    asked = declared or (subject.config.sessions if subject.driver.server is not None else None)
     probe = min(asked or subject.config.sessions, 16)
     clients = [_client(subject) for _ in range(probe)]
     task = subject.tasks[0] if subject.tasks else None
@@ -503,17 +454,18 @@ async def _alive(subject: Subject) -> tuple[bool, str]:
     """
     grace_until = time.monotonic() + max(subject.config.op_timeout_s, ALIVE_GRACE_S)
     while True:
-        if subject.server is not None and subject.server.process.poll() is not None:
-            code = subject.server.process.returncode
+        server = subject.driver.server
+        if server is not None and server.process.poll() is not None:
+            code = server.process.returncode
             return False, f"the server process exited with code {code}"
-        health = await http_call(subject, "/health")
+        health = await http_call(subject.driver, "/health")
         if health.status is not None:
             break
-        if subject.server is None or time.monotonic() >= grace_until:
+        if server is None or time.monotonic() >= grace_until:
             return False, f"/health no longer answers: {health.error}"
         await asyncio.sleep(0.2)
     task = subject.tasks[0] if subject.tasks else None
-    trajectory = await subject.play(
+    trajectory = await subject.driver.play(
         subject.reset_kwargs(task) if task else {"seed": 1}, lambda i, r: None, max_steps=0
     )
     if trajectory.error is not None:
@@ -562,7 +514,7 @@ async def _probe_ws(subject: Subject, probe: Probe) -> JsonObject:
 
 
 async def _probe_http(subject: Subject, name: str, path: str, content: bytes) -> JsonObject:
-    reply = await http_call(subject, path, method="POST", content=content)
+    reply = await http_call(subject.driver, path, method="POST", content=content)
     outcome: JsonObject = {"probe": name, **reply.evidence()}
     if reply.status is None:
         outcome["problem"] = f"no answer: {reply.error}"
@@ -573,17 +525,17 @@ async def _probe_http(subject: Subject, name: str, path: str, content: bytes) ->
     return outcome
 
 
-@check("protocol.malformed_input", level="protocol", order=90, needs=("episode",))
+@check("protocol.malformed_input", level="protocol", needs=("episode",), disrupts=True)
 async def check_malformed_input(subject: Subject) -> Finding:
     """Malformed frames (bad JSON, unknown type, invalid action...) get errors; the server lives."""
     outcomes: list[JsonObject] = []
-    if subject.transport == "ws":
+    if subject.driver.transport == "ws":
         probes = [
             Probe("bad_json", "{not json", True),
             Probe("unknown_type", json.dumps({"type": "__taskhub_unknown__"}), True),
             Probe("missing_data", json.dumps({"type": "step"}), True),
         ]
-        bad_action = invalid_action(subject.action_schema)
+        bad_action = invalid_action(subject.driver.action_schema)
         if bad_action is not None:
             probes.append(
                 Probe("invalid_action", json.dumps({"type": "step", "data": bad_action}), True)
@@ -599,7 +551,7 @@ async def check_malformed_input(subject: Subject) -> Finding:
                 outcomes[-1]["problem"] = f"the server died on it: {why}"
                 break
     else:
-        bad_action = invalid_action(subject.action_schema) or {"__taskhub_invalid__": {}}
+        bad_action = invalid_action(subject.driver.action_schema) or {"__taskhub_invalid__": {}}
         for name, path, body in (
             ("bad_json", "/step", b"{not json"),
             ("invalid_action", "/step", json.dumps({"action": bad_action}).encode()),
@@ -614,7 +566,7 @@ async def check_malformed_input(subject: Subject) -> Finding:
     measured: JsonObject = {
         "probes": len(outcomes),
         "mishandled": len(problems),
-        "transport": subject.transport,
+        "transport": subject.driver.transport,
     }
     if problems:
         first = problems[0]
@@ -633,7 +585,7 @@ async def check_malformed_input(subject: Subject) -> Finding:
     )
 
 
-@check("protocol.frame_limit", level="protocol", order=91, needs=("episode", "ws"))
+@check("protocol.frame_limit", level="protocol", needs=("episode", "ws"), disrupts=True)
 async def check_frame_limit(subject: Subject) -> Finding:
     """An oversized frame is refused (close 1009 or an error frame) and the server survives."""
     size = subject.config.oversize_frame_bytes

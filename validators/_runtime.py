@@ -1,7 +1,8 @@
-"""Runtime checks: the episode contract, resource growth, and checks over every exchange.
+"""Runtime checks: startup, the episode contract, resource growth, checks over every exchange.
 
-The episode contract: state, seeds, determinism, isolation, termination. The run-wide checks
-read every exchange of the validation: rewards, observation schema, latency.
+The episode contract: state, seeds, determinism, isolation, termination, a state that keeps
+the answer to itself. The run-wide checks read every exchange of the validation: rewards,
+observation schema, latency.
 """
 
 from __future__ import annotations
@@ -11,49 +12,79 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Callable
+import time
 from typing import Any
 
-from taskhub import EnvCapacityError, EnvError, canonical_json
-from taskhub.env import StepResult
+from taskhub import EnvCapacityError, EnvError, EnvLaunchError, EnvTimeout, canonical_json
 
-from ._check import Finding, JsonObject, check, failed, passed, skipped
-from ._subject import (
-    Subject,
+from ._check import Finding, check, failed, passed, skipped
+from ._driver import (
     Trajectory,
-    median,
+    http_call,
     observation_key,
     open_fds,
     percentile,
     process_rss_mb,
 )
+from ._episodes import COMPARE_STEPS, ORACLE_RUNS, REFERENCE_RUNS
+from ._json import JsonObject
+from ._semantic import SEMANTIC_AFTER, answered, leaking_paths
+from ._subject import Subject, noop_policy
 
-#: Steps of the episodes compared by the determinism and isolation checks.
-COMPARE_STEPS = 4
-#: State fields that legitimately differ between two resets of the same task.
-VOLATILE_STATE = frozenset({"episode_id", "step_count"})
-
-
-def noop_policy(subject: Subject) -> Callable[[int, StepResult], JsonObject]:
-    """Play the emptiest valid action at every step."""
-    action = subject.noop_action()
-    return lambda _i, _r: action
+# --- runtime.startup ---------------------------------------------------------------------------
 
 
-def stable_state(state: dict[str, Any]) -> str:
-    """Canonical text of a state without its per-episode identity."""
-    return canonical_json({k: v for k, v in state.items() if k not in VOLATILE_STATE})
+@check("runtime.startup", level="runtime", provides=("server",))
+async def check_startup(subject: Subject) -> Finding:
+    """The env starts (a folder is launched locally) and answers HTTP."""
+    driver = subject.driver
+    if subject.env.folder is not None:
+        started = time.perf_counter()
+        try:
+            server = await driver.launch()
+        except (EnvLaunchError, EnvTimeout) as exc:
+            return failed(
+                f"the server did not start: {str(exc).splitlines()[0]}",
+                "Make `python -m uvicorn <app> --port P` work from the env folder with the "
+                "declared dependencies installed; the log shows the error.",
+                measured={"startup_s": round(time.perf_counter() - started, 3)},
+                evidence=[str(exc)[-3000:]],
+            )
+        driver.sample_rss()
+        return passed(
+            f"launched {subject.root.name} and /health answered in "
+            f"{time.perf_counter() - started:.2f}s",
+            measured={
+                "startup_s": round(time.perf_counter() - started, 3),
+                "pid": server.process.pid,
+                "url": server.url,
+            },
+        )
+    reply = await http_call(driver, "/health")
+    if reply.status is None:
+        # a server without /health still answers something on /
+        reply = await http_call(driver, "/")
+    if reply.status is None:
+        url, driver.url = driver.url, None
+        return failed(
+            f"{url} does not answer: {reply.error}",
+            "Start the server and check the URL.",
+            evidence=[reply.evidence()],
+        )
+    return passed(f"{driver.url} answers HTTP", measured={"status": reply.status})
 
 
 # --- runtime.state_contract --------------------------------------------------------------------
 
 
-@check("runtime.state_contract", level="runtime", order=40, needs=("episode",))
+@check("runtime.state_contract", level="runtime", needs=("episode",))
 async def check_state_contract(subject: Subject) -> Finding:
     """state() keeps the episode_id given to reset() and counts steps from 0."""
     task = subject.tasks[0]
     kwargs = subject.reset_kwargs(task)
-    trajectory = await subject.play(kwargs, noop_policy(subject), max_steps=2, snapshots=True)
+    trajectory = await subject.driver.play(
+        kwargs, noop_policy(subject), max_steps=2, snapshots=True
+    )
     if trajectory.error is not None:
         return failed(
             f"the episode failed: {trajectory.error}",
@@ -94,7 +125,7 @@ async def check_state_contract(subject: Subject) -> Finding:
 # --- runtime.seed_control ----------------------------------------------------------------------
 
 
-@check("runtime.seed_control", level="runtime", order=41, needs=("episode",))
+@check("runtime.seed_control", level="runtime", needs=("episode",))
 async def check_seed_control(subject: Subject) -> Finding:
     """The same seed gives the same initial observation (and other seeds may differ)."""
     tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
@@ -107,7 +138,9 @@ async def check_seed_control(subject: Subject) -> Finding:
         seeds = [base, base, base + 1, base + 7919]
         seeds_used.append(base)
         runs = [
-            await subject.play(subject.reset_kwargs(task, seed=s), lambda i, r: None, max_steps=0)
+            await subject.driver.play(
+                subject.reset_kwargs(task, seed=s), lambda i, r: None, max_steps=0
+            )
             for s in seeds
         ]
         broken = [r for r in runs if r.error is not None or r.first is None]
@@ -149,19 +182,17 @@ async def check_seed_control(subject: Subject) -> Finding:
 # --- runtime.episode_determinism ---------------------------------------------------------------
 
 
-@check("runtime.episode_determinism", level="runtime", order=42, needs=("episode",))
+@check("runtime.episode_determinism", level="runtime", needs=("episode",))
 async def check_episode_determinism(subject: Subject) -> Finding:
     """The same seed and the same actions give the same trajectory (observations, rewards)."""
-    tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
+    runs = await subject.get(REFERENCE_RUNS)
+    tasks = [run.task for run in runs]
     steps = min(COMPARE_STEPS, subject.max_steps_for(tasks[0]))
-    mismatches: list[Any] = []
-    for task in tasks:
-        kwargs = subject.reset_kwargs(task)
-        first = await subject.play(kwargs, noop_policy(subject), max_steps=steps)
-        second = await subject.play(kwargs, noop_policy(subject), max_steps=steps)
-        subject.cache.setdefault("reference_runs", []).append((task, kwargs, first))
-        if first.signature() != second.signature():
-            mismatches.append({"first": first.describe(), "second": second.describe()})
+    mismatches: list[Any] = [
+        {"first": run.first.describe(), "second": run.second.describe()}
+        for run in runs
+        if run.first.signature() != run.second.signature()
+    ]
     measured: JsonObject = {"tasks": len(tasks), "steps": steps, "mismatches": len(mismatches)}
     if mismatches:
         return failed(
@@ -180,7 +211,6 @@ async def check_episode_determinism(subject: Subject) -> Finding:
 @check(
     "runtime.episode_isolation",
     level="runtime",
-    order=43,
     needs=("episode",),
     after=("runtime.episode_determinism",),
 )
@@ -193,8 +223,8 @@ async def check_episode_isolation(subject: Subject) -> Finding:
     kwargs_b = subject.reset_kwargs(task_b, seed=seed_b, tag="iso-b")
     steps = min(COMPARE_STEPS - 1, subject.max_steps_for(task_a))
     policy = noop_policy(subject)
-    solo_a = await subject.play(kwargs_a, policy, max_steps=steps, snapshots=True)
-    solo_b = await subject.play(kwargs_b, policy, max_steps=steps, snapshots=True)
+    solo_a = await subject.driver.play(kwargs_a, policy, max_steps=steps, snapshots=True)
+    solo_b = await subject.driver.play(kwargs_b, policy, max_steps=steps, snapshots=True)
     if solo_a.error or solo_b.error:
         return failed(
             f"a solo episode failed: {solo_a.error or solo_b.error}",
@@ -210,8 +240,8 @@ async def check_episode_isolation(subject: Subject) -> Finding:
     inter_b = Trajectory(reset_kwargs=kwargs_b)
     try:
         async with (
-            subject.episode(kwargs_a) as (session_a, first_a),
-            subject.session() as session_b,
+            subject.driver.episode(kwargs_a) as (session_a, first_a),
+            subject.driver.session() as session_b,
         ):
             inter_a.first = first_a
             try:
@@ -244,7 +274,7 @@ async def check_episode_isolation(subject: Subject) -> Finding:
         if solo.signature() != inter.signature()
     ]
     measured: JsonObject = {
-        "transport": subject.transport,
+        "transport": subject.driver.transport,
         "steps": steps,
         "sessions_affected": differ,
     }
@@ -269,19 +299,18 @@ async def check_episode_isolation(subject: Subject) -> Finding:
 # --- runtime.termination, runtime.step_after_done ----------------------------------------------
 
 
-@check("runtime.termination", level="runtime", order=44, needs=("episode",))
+@check("runtime.termination", level="runtime", needs=("episode",))
 async def check_termination(subject: Subject) -> Finding:
     """A do-nothing episode ends by itself (done) within the step and time ceilings."""
     cap = subject.policy.bounds.max_episode_steps
-    timeout = subject.manifest.episode_timeout_s if subject.manifest else None
+    timeout = subject.env.manifest.episode_timeout_s if subject.env.manifest else None
     tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
     endless: list[Any] = []
     lengths = []
     for task in tasks:
-        trajectory = await subject.play(
+        trajectory = await subject.driver.play(
             subject.reset_kwargs(task), noop_policy(subject), max_steps=cap
         )
-        subject.cache.setdefault("ended_runs", []).append(trajectory)
         lengths.append(len(trajectory.steps))
         if trajectory.error is not None:
             endless.append({"error": str(trajectory.error)[:300], **trajectory.describe(3)})
@@ -305,7 +334,6 @@ async def check_termination(subject: Subject) -> Finding:
 @check(
     "runtime.step_after_done",
     level="runtime",
-    order=45,
     needs=("episode",),
     after=("runtime.termination",),
 )
@@ -316,7 +344,7 @@ async def check_step_after_done(subject: Subject) -> Finding:
     cap = subject.policy.bounds.max_episode_steps
     result = None
     try:
-        async with subject.episode(subject.reset_kwargs(task)) as (session, last):
+        async with subject.driver.episode(subject.reset_kwargs(task)) as (session, last):
             for index in range(cap):
                 if last.done:
                     break
@@ -353,19 +381,19 @@ async def check_step_after_done(subject: Subject) -> Finding:
 # --- runtime.resource_bounds -------------------------------------------------------------------
 
 
-@check("runtime.resource_bounds", level="runtime", order=46, needs=("episode", "process"))
+@check("runtime.resource_bounds", level="runtime", needs=("episode", "process"))
 async def check_resource_bounds(subject: Subject) -> Finding:
     """Memory and open files stay flat over many episodes (no per-episode leak)."""
-    if subject.server is None:
+    if subject.driver.server is None:
         return skipped("no local server process")
-    pid = subject.server.process.pid
+    pid = subject.driver.server.process.pid
     policy = noop_policy(subject)
     episodes = subject.config.growth_episodes
     tasks = subject.tasks
 
     async def run(n: int) -> list[Trajectory]:
         return [
-            await subject.play(
+            await subject.driver.play(
                 subject.reset_kwargs(tasks[i % len(tasks)], tag="growth"), policy, max_steps=3
             )
             for i in range(n)
@@ -415,13 +443,13 @@ async def check_resource_bounds(subject: Subject) -> Finding:
 # --- run-wide checks ---------------------------------------------------------------------------
 
 
-@check("runtime.reward_well_formed", level="runtime", order=71, needs=("episode",))
+@check("runtime.reward_well_formed", level="runtime", needs=("episode", "exchanges"))
 async def check_reward_well_formed(subject: Subject) -> Finding:
     """Every reward is a finite number in the declared range; null only on reset."""
-    declared = subject.declared_range
+    declared = subject.env.declared_range
     problems: list[Any] = []
     rewards: list[float] = []
-    for exchange in subject.exchanges:
+    for exchange in subject.driver.exchanges:
         if exchange.op not in ("reset", "step"):
             continue
         if exchange.error is not None:
@@ -505,17 +533,16 @@ print(json.dumps(out))
 @check(
     "runtime.observation_schema",
     level="runtime",
-    order=72,
-    needs=("episode",),
+    needs=("episode", "exchanges"),
     after=("protocol.schema",),
 )
 async def check_observation_schema(subject: Subject) -> Finding:
     """Every observation matches the observation schema the server advertises."""
-    if subject.observation_schema is None:
+    if subject.driver.observation_schema is None:
         return skipped("the server advertises no observation schema")
     items: list[tuple[str, Any]] = []
     seen: set[str] = set()
-    for exchange in subject.exchanges:
+    for exchange in subject.driver.exchanges:
         if exchange.op not in ("reset", "step") or exchange.reply is None:
             continue
         observation = exchange.reply.get("observation")
@@ -530,8 +557,8 @@ async def check_observation_schema(subject: Subject) -> Finding:
             break
     job = {
         "schemas": {
-            "observation": subject.observation_schema,
-            "reset_observation": subject.reset_observation_schema,
+            "observation": subject.driver.observation_schema,
+            "reset_observation": subject.driver.reset_observation_schema,
         },
         "items": items,
     }
@@ -580,11 +607,11 @@ async def check_observation_schema(subject: Subject) -> Finding:
     )
 
 
-@check("runtime.step_latency", level="runtime", order=73, needs=("episode",))
+@check("runtime.step_latency", level="runtime", needs=("episode", "exchanges"))
 async def check_step_latency(subject: Subject) -> Finding:
     """Step latency p50/p99 over every step of the validation stays under the policy bound."""
-    steps = subject.latencies("step")
-    resets = subject.latencies("reset")
+    steps = subject.driver.latencies("step")
+    resets = subject.driver.latencies("reset")
     if not steps:
         return skipped("no step was measured")
     p50, p99 = percentile(steps, 0.5), percentile(steps, 0.99)
@@ -609,35 +636,31 @@ async def check_step_latency(subject: Subject) -> Finding:
     )
 
 
-@check("semantic.resource_envelope", level="semantic", order=74, needs=("episode", "process"))
-async def check_resource_envelope(subject: Subject) -> Finding:
-    """Measured memory and episode time stay within the declared resources."""
-    manifest = subject.manifest
-    memory = manifest.memory_mb if manifest else None
-    timeout = manifest.episode_timeout_s if manifest else None
-    if memory is None and timeout is None:
-        return skipped("no resources are declared (static.resource_declaration reports it)")
-    subject.sample_rss()
-    peak = max(subject.rss_samples_mb) if subject.rss_samples_mb else None
-    longest = max(subject.episode_durations_s) if subject.episode_durations_s else None
-    measured: JsonObject = {
-        "peak_rss_mb": round(peak, 1) if peak else None,
-        "declared_memory_mb": memory,
-        "longest_episode_s": round(longest, 3) if longest else None,
-        "declared_episode_timeout_s": timeout,
-        "median_episode_s": round(median(subject.episode_durations_s), 4)
-        if subject.episode_durations_s
-        else None,
-    }
-    problems = []
-    if memory is not None and peak is not None and peak > memory:
-        problems.append(f"peak memory {peak:.0f} MiB exceeds the declared {memory:g} MiB")
-    if timeout is not None and longest is not None and longest > timeout:
-        problems.append(f"an episode took {longest:.1f}s, over the declared {timeout:g}s")
-    if problems:
+# --- runtime.oracle_containment ---------------------------------------------------------------
+
+
+@check(
+    "runtime.oracle_containment",
+    level="runtime",
+    needs=("episode",),
+    after=SEMANTIC_AFTER,
+)
+async def check_oracle_containment(subject: Subject) -> Finding:
+    """state(), which any client can call, does not reveal the answer before it is given."""
+    runs = (await subject.get(ORACLE_RUNS)).runs
+    if not answered(subject) or not runs:
+        return skipped("no oracle episode with an answer ran")
+    items = [(task, trajectory.states) for task, trajectory in runs]
+    leaks, checked = leaking_paths(items, ignore=frozenset({"episode_id"}))
+    measured: JsonObject = {"tasks_checked": checked, "leaking_fields": sorted(leaks)}
+    if leaks:
+        path, ids = next(iter(sorted(leaks.items())))
+        example = next(t for t, _ in runs if t.task_id == ids[0])
+        states = next(tr.states for t, tr in runs if t.task_id == ids[0])
         return failed(
-            "; ".join(problems),
-            "Declare the resources the env really uses, or make it use less.",
+            f"state() reveals the answer in {path!r} in {len(ids)} of {checked} tasks",
+            "Keep the ground truth out of the State model: state() is served to every client.",
             measured=measured,
+            evidence=[{"task_id": example.task_id, "answer": example.answer, "states": states[:2]}],
         )
-    return passed("memory and episode time stay within the declared resources", measured=measured)
+    return passed(f"state() holds no answer in {checked} tasks", measured=measured)

@@ -144,6 +144,12 @@ def eval_command(
         int | None,
         typer.Option(help="Sessions per server at most (default: learnt from the server).", min=1),
     ] = None,
+    fresh_session: Annotated[
+        bool,
+        typer.Option(
+            help="Open a new env session for every episode instead of resetting an idle one."
+        ),
+    ] = False,
     max_steps: Annotated[
         int | None, typer.Option(help="Step limit per episode (overrides card and rows).", min=1)
     ] = None,
@@ -278,6 +284,7 @@ def eval_command(
                     env_provider=env_provider,
                     env_provider_options=_parse_options(env_provider_option),
                     max_sessions_per_env=max_sessions_per_env,
+                    fresh_session=fresh_session,
                     max_steps=max_steps,
                     rewards=reward or None,
                     success_threshold=success_threshold,

@@ -23,11 +23,17 @@ from taskhub.env._launch import (
     space_url,
     wait_healthy,
 )
-from taskhub.env._pool import CAPACITY_PROBE_EVERY, SessionPool
+from taskhub.env._pool import (
+    CAPACITY_PROBE_EVERY,
+    DEFAULT_IDLE_TIMEOUT_S,
+    PooledSession,
+    SessionPool,
+)
 from taskhub.env._session import open_session
 
 __all__ = [
     "CAPACITY_PROBE_EVERY",
+    "DEFAULT_IDLE_TIMEOUT_S",
     "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_TIMEOUT_S",
     "EnvClient",
@@ -38,6 +44,7 @@ __all__ = [
     "HttpEnvSession",
     "LocalServer",
     "OPENENV_HTTP",
+    "PooledSession",
     "SessionPool",
     "StepResult",
     "Transport",

@@ -24,6 +24,7 @@ from websockets.exceptions import (
     InvalidStatus,
     InvalidURI,
 )
+from websockets.protocol import State
 
 from taskhub._errors import (
     EnvCapacityError,
@@ -206,6 +207,11 @@ class EnvClient:
         self._ws: ClientConnection | None = None
         self._state: Literal["unopened", "open", "closed"] = "unopened"
         self.last_latency_s = 0.0
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the session is connected and the server has not closed it."""
+        return self._ws is not None and self._ws.state is State.OPEN
 
     async def __aenter__(self) -> EnvClient:
         await self.connect()

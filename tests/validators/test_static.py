@@ -97,20 +97,25 @@ def test_requirement_pin_classes(requirement: str, kind: str) -> None:
 
 def run_check(check, folder: Path):  # type: ignore[no-untyped-def]
     import httpx
-    from taskhub.validators import ValidationConfig, load_policy
+    from taskhub.validators import (
+        EnvDescription,
+        EnvDriver,
+        Subject,
+        ValidationConfig,
+        load_policy,
+    )
     from taskhub.validators._manifest import read_manifest
-    from taskhub.validators._subject import Subject
 
     async def go():  # type: ignore[no-untyped-def]
         async with httpx.AsyncClient() as http:
+            config = ValidationConfig()
             subject = Subject(
-                target=str(folder),
-                kind="folder",
-                config=ValidationConfig(),
+                env=EnvDescription(
+                    target=str(folder), kind="folder", folder=folder, manifest=read_manifest(folder)
+                ),
+                driver=EnvDriver(config=config, http=http, folder=folder),
+                config=config,
                 policy=load_policy(),
-                http=http,
-                folder=folder,
-                manifest=read_manifest(folder),
             )
             return await check(subject)
 
@@ -262,3 +267,28 @@ def test_task_distribution_pinning_digests_shipped_data(env_folder: Path) -> Non
     finding = run_check(check_task_distribution_pinning, env_folder)
     assert finding.status == "fail"
     assert "server/extra.py:2" in finding.summary and finding.remediation
+
+
+def test_every_check_id_starts_with_its_level_and_lives_in_its_level_module() -> None:
+    from taskhub.validators import registered_checks
+
+    for spec in registered_checks():
+        if "/" in spec.id:
+            continue  # a third-party check
+        assert spec.id.split(".")[0] == spec.level, spec.id
+        assert spec.fn.__module__.endswith(f"._{spec.level}"), (spec.id, spec.fn.__module__)
+
+
+def test_checks_run_after_what_they_need() -> None:
+    from taskhub.validators import registered_checks
+
+    order = [spec.id for spec in registered_checks()]
+    assert order.index("runtime.startup") < order.index("protocol.health")
+    assert order.index("protocol.episode") < order.index("runtime.seed_control")
+    playing = order.index("semantic.verifier_determinism")
+    assert playing < order.index("runtime.reward_well_formed")
+    assert order[-3:] == [
+        "protocol.malformed_input",
+        "protocol.frame_limit",
+        "semantic.replayability",
+    ]
