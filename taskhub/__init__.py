@@ -35,7 +35,7 @@ from taskhub._errors import (
 )
 from taskhub._executor import EpisodeJob, EpisodeSink, Executor
 from taskhub._merge import MergeResult, merge_runs
-from taskhub._ray import RayExecutor, WorkerInfo
+from taskhub._ray import RayExecutor, WorkerInfo, connect_ray
 from taskhub._registry import create, model_backend, registry, reward, validator
 from taskhub._rescore import rescore, rescore_async, rescore_record, rescore_records
 from taskhub._results import (
@@ -193,6 +193,7 @@ __all__ = [
     "build_reward",
     "builtin_tasksets",
     "canonical_json",
+    "connect_ray",
     "create",
     "describe_taskset",
     "evaluate",

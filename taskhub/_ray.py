@@ -49,6 +49,31 @@ def _import_ray() -> Any:
     return ray
 
 
+def connect_ray(address: str = LOCAL) -> bool:
+    """Connect this process to Ray as a driver, unless it already is; True when Ray was started.
+
+    Args:
+        address: ``local`` starts a Ray instance on this machine (on loopback only); ``auto``,
+            ``HOST:PORT`` or ``ray://HOST:PORT`` join a running cluster.
+
+    Returns:
+        True when this call connected (the caller then calls ``ray.shutdown()`` when done).
+
+    Raises:
+        MissingDependencyError: Ray is not installed.
+    """
+    ray = _import_ray()
+    if ray.is_initialized():
+        return False
+    if address == LOCAL:
+        # Otherwise Ray advertises a non-loopback address and listens on every interface.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        ray.init(address=LOCAL, namespace="taskhub", log_to_driver=False, include_dashboard=False)
+    else:
+        ray.init(address=address, namespace="taskhub", log_to_driver=False)
+    return True
+
+
 def _error(info: dict[str, str]) -> TaskhubError:
     """A worker's error raised again on the driver, as taskhub's class of that name."""
     cls = getattr(_errors, info["type"], None)
@@ -181,21 +206,6 @@ class RayExecutor:
             version=self._version,
         )
 
-    def _connect(self, ray: Any) -> bool:
-        """Connect the driver; True when this call started (and so must stop) Ray."""
-        self._version = ray.__version__
-        if ray.is_initialized():
-            return False
-        if self.address == LOCAL:
-            # Otherwise Ray advertises a non-loopback address and listens on every interface.
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-            ray.init(
-                address=LOCAL, namespace="taskhub", log_to_driver=False, include_dashboard=False
-            )
-        else:
-            ray.init(address=self.address, namespace="taskhub", log_to_driver=False)
-        return True
-
     async def run(self, job: EpisodeJob, sink: EpisodeSink) -> None:
         """Start one worker per node, stream every episode's record to ``sink``, stop them.
 
@@ -205,9 +215,10 @@ class RayExecutor:
                 again here), or every worker was lost before the episodes were played.
         """
         ray = _import_ray()
+        self._version = ray.__version__
         # In the loop's thread (the main one from the CLI), where Ray sets its signal handlers;
         # nothing else runs before the workers start.
-        started = self._connect(ray)
+        started = connect_ray(self.address)
         actors: list[Any] = []
         try:
             actors = await self._start_workers(ray, job, sink)

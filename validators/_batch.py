@@ -26,7 +26,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -114,6 +114,10 @@ class BatchConfig(BaseModel):
     """With ``isolated_venv``: install from local paths only (pip --no-index)."""
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     """The validation run for each submission (its ``taskset`` is the default)."""
+    ray: str | None = None
+    """Validate on a Ray cluster at this address (``local``, ``auto``, ``HOST:PORT``): one Ray
+    task per submission, on any node; the reports are still written here. None: subprocesses
+    of this machine."""
 
 
 def _row_target(row: dict[str, Any], base: Path) -> str:
@@ -475,9 +479,24 @@ class _Batch:
         for submission in self.submissions:
             queue.put_nowait(submission)
 
+        run_one: Callable[[Submission], Awaitable[None]] = self.run_one
+        stop_ray = False
+        if self.config.ray is not None:
+            from taskhub import connect_ray
+
+            from ._ray import ray_task, run_one_on_ray
+
+            stop_ray = connect_ray(self.config.ray)
+            import ray
+
+            remote = ray_task(ray)
+
+            async def run_one(submission: Submission) -> None:
+                await run_one_on_ray(self, submission, remote)
+
         async def worker() -> None:
             while not queue.empty():
-                await self.run_one(queue.get_nowait())
+                await run_one(queue.get_nowait())
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -489,6 +508,10 @@ class _Batch:
             for pids in list(self.pid_files):
                 _kill_servers(pids)
             self.write_summary()
+            if stop_ray:
+                import ray
+
+                ray.shutdown()
         return self.rows()
 
     def rows(self) -> list[dict[str, Any]]:

@@ -111,6 +111,16 @@ def validate_command(
     offline: Annotated[
         bool, typer.Option(help="With --isolated-venv: install from local paths only.")
     ] = False,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Batch: one Ray task per submission on a Ray cluster ('local', 'auto', "
+            "HOST:PORT), each under its deadline; the reports are written here.",
+            envvar="TASKHUB_RAY",
+        ),
+    ] = None,
 ) -> None:
     """Validate an OpenEnv environment (or a batch of submissions) and print its report card.
 
@@ -164,6 +174,7 @@ def validate_command(
                 isolated_venv=isolated_venv,
                 offline=offline,
                 validation=config,
+                ray=ray,
             )
         except (TaskhubError, ValidationError) as exc:
             typer.echo(f"{type(exc).__name__}: {exc}", err=True)
