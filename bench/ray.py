@@ -23,10 +23,14 @@ import argparse
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+# Run as `python bench/ray.py`, this file's folder comes first on sys.path, and this file
+# would be imported as `ray`.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 from taskhub import EvalConfig, RayExecutor, evaluate, read_results  # noqa: E402

@@ -246,7 +246,14 @@ class RayExecutor:
         # Workers get the tasks with their chunks, not with the job.
         shared = ray.put(replace(job, items=[]))
         self.workers = []
-        answers = await asyncio.gather(*(a.start.remote(shared) for a in actors))
+        try:
+            answers = await asyncio.gather(*(a.start.remote(shared) for a in actors))
+        except ray.exceptions.RayError as exc:
+            await self._stop_workers(ray, actors)
+            raise ExecutorError(
+                f"a Ray worker died while it started ({type(exc).__name__}: "
+                f"{str(exc)[-500:]}); check the cluster's nodes (ray status) and try again"
+            ) from None
         for answer in answers:
             if "error" in answer:
                 await self._stop_workers(ray, actors)
