@@ -11,7 +11,8 @@ node), then measures, each figure a ratio taken in this run:
 2. Overhead. The reference arith run (``scripted/oracle`` on the built-in arith env and
    taskset, 200 tasks x ``--samples``) on the 2-node cluster against a plain run in this
    process, both on this machine's cores, wall time of ``evaluate`` each (env launch and
-   worker start included; cluster start not). Target: <= 1.3x.
+   worker start included; cluster start not). Target: <= 1.3x. The episodes' own span is
+   printed beside it, to tell start-up from per-episode cost.
 3. Cluster start, reported apart (seconds to start both nodes and connect).
 
     python bench/ray.py [--episodes 160] [--sessions 4] [--steps 5] [--samples 2] [--repeats 2]
@@ -118,14 +119,16 @@ def main() -> None:
         arith = EvalConfig(
             model="scripted/oracle", taskset="arith", samples=args.samples, concurrency=4
         )
-        plain, on_ray = [], []
+        plain, on_ray, plain_rate, ray_rate = [], [], [], []
         for _ in range(args.repeats):
             t = time.perf_counter()
-            evaluate(arith, output_dir=work / "runs")
+            run = evaluate(arith, output_dir=work / "runs")
             plain.append(time.perf_counter() - t)
+            plain_rate.append(span_rate(run.run_dir))
             t = time.perf_counter()
-            evaluate(arith, output_dir=work / "runs", executor=RayExecutor())
+            run = evaluate(arith, output_dir=work / "runs", executor=RayExecutor())
             on_ray.append(time.perf_counter() - t)
+            ray_rate.append(span_rate(run.run_dir))
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -145,6 +148,11 @@ def main() -> None:
         f"{min(on_ray):.1f} s -> {min(on_ray) / min(plain):.2f}x (target <= 1.3); runs: "
         f"plain {[round(x, 1) for x in plain]}, Ray {[round(x, 1) for x in on_ray]}; "
         f"median ratio {statistics.median(on_ray) / statistics.median(plain):.2f}"
+    )
+    print(
+        f"  of which episodes alone (first start to last end): plain {max(plain_rate):.1f} "
+        f"ep/s, Ray {max(ray_rate):.1f} ep/s -> {max(plain_rate) / max(ray_rate):.2f}x; the "
+        "rest is start-up (worker processes, one env launch per node)"
     )
 
 
