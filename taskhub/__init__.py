@@ -20,6 +20,7 @@ from taskhub._errors import (
     EnvLaunchError,
     EnvProtocolError,
     EnvTimeout,
+    ExecutorError,
     MissingDependencyError,
     ModelAuthError,
     ModelError,
@@ -34,6 +35,9 @@ from taskhub._errors import (
     TasksetNotFound,
     UnknownPluginError,
 )
+from taskhub._executor import EpisodeJob, EpisodeSink, Executor
+from taskhub._merge import MergeResult, merge_runs
+from taskhub._ray import RayExecutor, WorkerInfo, connect_ray
 from taskhub._registry import create, model_backend, registry, reward, validator
 from taskhub._rescore import rescore, rescore_async, rescore_record, rescore_records
 from taskhub._results import (
@@ -66,6 +70,7 @@ from taskhub._rewards import (
     total_reward,
 )
 from taskhub._runner import (
+    EpisodeWorker,
     Progress,
     RunResult,
     evaluate,
@@ -86,6 +91,7 @@ from taskhub._schema import (
     EpisodeRecord,
     ErrorInfo,
     EvalConfig,
+    ExecutorInfo,
     Lane,
     ModelInfo,
     Outcome,
@@ -144,11 +150,18 @@ __all__ = [
     "EnvLaunchError",
     "EnvProtocolError",
     "EnvTimeout",
+    "EpisodeJob",
     "EpisodePlan",
     "EpisodeRecord",
+    "EpisodeSink",
+    "EpisodeWorker",
     "ErrorInfo",
     "EvalConfig",
     "Lane",
+    "Executor",
+    "ExecutorError",
+    "ExecutorInfo",
+    "MergeResult",
     "MissingDependencyError",
     "ModelAuthError",
     "ModelError",
@@ -162,6 +175,7 @@ __all__ = [
     "PushResult",
     "RESULT_COLUMNS",
     "RFC008_REPORT_VERSION",
+    "RayExecutor",
     "RedactionReport",
     "Redactor",
     "RemoteCodeError",
@@ -200,10 +214,12 @@ __all__ = [
     "ValidationReport",
     "Verdict",
     "WireDialect",
+    "WorkerInfo",
     "__version__",
     "build_reward",
     "builtin_tasksets",
     "canonical_json",
+    "connect_ray",
     "create",
     "describe_taskset",
     "evaluate",
@@ -214,6 +230,7 @@ __all__ = [
     "iter_results_tables",
     "load_taskset",
     "mean_ci",
+    "merge_runs",
     "model_backend",
     "parse_action",
     "pass_at_k",

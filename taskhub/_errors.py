@@ -11,7 +11,8 @@ TaskhubError
 ├── AgentFormatError
 ├── PluginError         ── UnknownPluginError, MissingDependencyError
 ├── RewardError
-└── ResultsError
+├── ResultsError
+└── ExecutorError
 ```
 
 Errors carry their context as attributes (``task_id``, ``env_url``, ``code``...) so that the
@@ -207,3 +208,9 @@ class ResultsError(TaskhubError):
     """Raised when a run directory or results file cannot be read or written."""
 
     boundary = "results"
+
+
+class ExecutorError(TaskhubError):
+    """Raised when an executor loses every worker before a run's episodes are played."""
+
+    boundary = "executor"

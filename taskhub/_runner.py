@@ -10,6 +10,7 @@ record in ``episodes.jsonl``, whatever happened; ``resume_async`` finishes an in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib.metadata
 import logging
@@ -19,7 +20,7 @@ import re
 import secrets
 import ssl
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +44,7 @@ from taskhub._errors import (
     ResultsError,
     TaskhubError,
 )
+from taskhub._executor import EpisodeJob, Executor
 from taskhub._lock import RunLock
 from taskhub._results import (
     EPISODES,
@@ -60,6 +62,7 @@ from taskhub._schema import (
     EpisodeRecord,
     ErrorInfo,
     EvalConfig,
+    ExecutorInfo,
     ModelInfo,
     RunManifest,
     RunStatus,
@@ -162,14 +165,18 @@ def _summary_row(record: EpisodeRecord) -> EpisodeRecord:
 
 
 def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, Sequence[Task]]:
-    """Apply ``split``, ``shard`` and ``limit`` to a taskset, in that order."""
+    """Apply ``split``, ``limit`` and ``shard`` to a taskset, in that order.
+
+    The limit comes first so that ``--limit N --shard i/n`` over every ``i`` runs exactly the
+    tasks of one ``--limit N`` run, and the shards merge into that run.
+    """
     split = config.split or taskset.default_split()
     tasks = taskset.tasks(split)
+    if config.limit is not None:
+        tasks = tasks[: config.limit]
     if config.shard is not None:
         index, count = config.shard
         tasks = tasks[index::count]
-    if config.limit is not None:
-        tasks = tasks[: config.limit]
     return split, tasks
 
 
@@ -225,6 +232,7 @@ class _Runner:
         env_headers: dict[str, str] | None,
         argv: list[str] | None,
         parent_manifest: RunManifest | None,
+        executor: Executor | None = None,
     ) -> None:
         self.plan = plan
         self.config = plan.config
@@ -232,9 +240,11 @@ class _Runner:
         self.http = http
         self.env_headers = env_headers or {}
         self.argv = argv
+        self.executor = executor
         # created_at of the run is the first session's start; --resume adds a session.
         self.sessions = [*(parent_manifest.sessions if parent_manifest else []), _now()]
         self.model: ModelBackend | None = None
+        self.model_details: dict[str, Any] = {}
         self.pool: SessionPool | None = None
         self.writer: ResultsWriter | None = None
         self.env_info: EnvInfo | None = None
@@ -245,15 +255,20 @@ class _Runner:
         # the file is not read again at the end of a long run.
         self.rows = [_summary_row(r) for r in plan.previous]
 
-    async def run(self) -> RunResult:
-        plan, config = self.plan, self.config
-        env_spec = config.env or plan.taskset.card.env
-        if not env_spec:
+    def env_spec(self) -> str:
+        spec = self.config.env or self.plan.taskset.card.env
+        if not spec:
             raise ConfigError(
                 f"no environment: pass ENV, or set `env:` in the taskset card of "
-                f"{plan.taskset.name!r}"
+                f"{self.plan.taskset.name!r}"
             )
-        provider, name = split_model_spec(config.model)
+        return spec
+
+    @contextlib.asynccontextmanager
+    async def engine(self, log_dir: Path) -> AsyncIterator[None]:
+        """Open what episodes are played with: the model client, the env servers, the pool."""
+        config = self.config
+        env_spec = self.env_spec()
         self.model = load_model(
             config.model,
             ModelOptions(
@@ -263,7 +278,6 @@ class _Runner:
                 tool_calling=config.tool_calling,
             ),
         )
-        status: RunStatus = "failed"
         try:
             handle = EnvHandle.open(
                 env_spec,
@@ -271,12 +285,15 @@ class _Runner:
                 replicas=config.replicas,
                 max_sessions=max(config.concurrency, config.max_sessions_per_env or 0),
                 headers=self.env_headers,
-                log_dir=plan.run_dir / "env-logs",
+                log_dir=log_dir,
+                provider=config.env_provider,
+                provider_options=config.env_provider_options,
             )
             async with handle:
                 assert handle.info is not None
                 self.env_info = handle.info
                 self.toolbox = Toolbox.for_env(handle.info.tools, handle.info.action_schema)
+                self.model_details = dict(self.model.details)
                 self.pool = SessionPool(
                     handle.info,
                     http=self.http,
@@ -286,16 +303,77 @@ class _Runner:
                     headers=self.env_headers,
                     reuse=not config.fresh_session,
                 )
-                manifest = self._manifest(provider, name, "running")
-                write_manifest(plan.run_dir, manifest)
-                repair_results(plan.run_dir / EPISODES)
-                self.writer = ResultsWriter(plan.run_dir / EPISODES)
-                if self.progress:
-                    self.progress.start(plan.n_planned, len(plan.done))
-                try:
-                    async with self.pool:
+                async with self.pool:
+                    yield
+        finally:
+            await self.model.aclose()
+
+    def begin(self, env_info: EnvInfo, model_details: dict[str, Any]) -> None:
+        """The env is up: write the manifest, open ``episodes.jsonl``, start the progress."""
+        plan = self.plan
+        self.env_info = env_info
+        self.model_details = model_details
+        provider, name = split_model_spec(self.config.model)
+        write_manifest(plan.run_dir, self._manifest(provider, name, "running"))
+        repair_results(plan.run_dir / EPISODES)
+        self.writer = ResultsWriter(plan.run_dir / EPISODES)
+        if self.progress:
+            self.progress.start(plan.n_planned, len(plan.done))
+
+    def fail(self, error: BaseException) -> None:
+        """Stop the run with ``error`` (bad credentials): raised once the run has stopped."""
+        self.fatal = error
+        self.stop_reason = str(error)
+
+    @property
+    def stopping(self) -> bool:
+        """No more episodes are to be started (--fail-fast, or a fatal error)."""
+        return self.stop_reason is not None
+
+    def record(self, record: EpisodeRecord) -> None:
+        """Write one finished episode (the run's only writer of ``episodes.jsonl``).
+
+        A write that fails (disk full, the folder gone) stops the run with that error.
+        """
+        assert self.writer is not None
+        try:
+            record = self._write(record)
+        except ResultsError as exc:
+            self.fatal = exc
+            self.stop_reason = str(exc)
+            return
+        self.rows.append(_summary_row(record))
+        logger.info(
+            "episode %s#%d: %s reward=%s steps=%d",
+            record.task_id,
+            record.sample,
+            record.outcome,
+            record.reward,
+            record.num_steps,
+        )
+        if self.progress:
+            self.progress.update(record)
+        if self.config.fail_fast and record.outcome != "scored":
+            self.stop_reason = (
+                f"--fail-fast: episode {record.task_id}#{record.sample} ended as {record.outcome}"
+            )
+
+    async def run(self) -> RunResult:
+        plan = self.plan
+        self.env_spec()  # no env is bad configuration: fail before anything starts
+        provider, name = split_model_spec(self.config.model)
+        status: RunStatus = "failed"
+        try:
+            try:
+                if self.executor is None:
+                    async with self.engine(plan.run_dir / "env-logs"):
+                        assert self.env_info is not None
+                        self.begin(self.env_info, self.model_details)
                         await self._fan_out()
-                finally:
+                else:
+                    await self.executor.run(self._job(), self)
+            finally:
+                if self.writer is not None:
                     self.writer.close()
             if self.fatal is not None:
                 raise self.fatal
@@ -307,13 +385,27 @@ class _Runner:
             status = "interrupted"
             raise
         finally:
-            await self.model.aclose()
             if self.progress:
                 self.progress.complete()
             if self.env_info is not None:
                 write_manifest(plan.run_dir, self._manifest(provider, name, status))
         manifest = read_manifest(plan.run_dir)
         return RunResult(plan.run_dir, manifest, summarize(self.rows, n_planned=plan.n_planned))
+
+    def _job(self) -> EpisodeJob:
+        plan = self.plan
+        # Workers get the planned tasks only, as the one split, with nothing left to select.
+        taskset = Taskset(plan.taskset.ref, plan.taskset.card, {plan.split: plan.tasks})
+        return EpisodeJob(
+            config=self.config.model_copy(
+                update={"limit": None, "shard": None, "split": plan.split}
+            ),
+            taskset=taskset,
+            split=plan.split,
+            run_id=plan.run_id,
+            items=list(plan.items()),
+            env_headers=dict(self.env_headers),
+        )
 
     def _manifest(self, provider: str, name: str, status: RunStatus) -> RunManifest:
         plan, config = self.plan, self.config
@@ -347,7 +439,7 @@ class _Runner:
                 name=name,
                 base_url=redact_optional_url(config.base_url),
                 sampling=config.sampling,
-                details=self.model.details if self.model else {},
+                details=self.model_details,
                 tool_calling=getattr(self.model, "tool_calling", "text")
                 if self.model is not None and self.toolbox is not None
                 else None,
@@ -363,6 +455,7 @@ class _Runner:
             argv=self.argv,
             sessions=self.sessions,
             success_threshold=plan.success_threshold,
+            executor=self.executor.info if self.executor else ExecutorInfo(),
         )
 
     async def _fan_out(self) -> None:
@@ -375,28 +468,8 @@ class _Runner:
                 record = await self._episode(task, sample)
                 if self.stop_reason and record is None:
                     return
-                assert record is not None and self.writer is not None
-                try:
-                    record = self._write(record)
-                except ResultsError as exc:  # disk full, the folder gone: the run stops
-                    self.fatal = exc
-                    self.stop_reason = str(exc)
-                    return
-                self.rows.append(_summary_row(record))
-                logger.info(
-                    "episode %s#%d: %s reward=%s steps=%d",
-                    record.task_id,
-                    record.sample,
-                    record.outcome,
-                    record.reward,
-                    record.num_steps,
-                )
-                if self.progress:
-                    self.progress.update(record)
-                if self.config.fail_fast and record.outcome != "scored":
-                    self.stop_reason = (
-                        f"--fail-fast: episode {record.task_id}#{sample} ended as {record.outcome}"
-                    )
+                assert record is not None
+                self.record(record)
 
         async with asyncio.TaskGroup() as group:
             for _ in range(self.config.concurrency):
@@ -490,8 +563,7 @@ class _Runner:
                 )
                 error.retryable = False
             except ModelAuthError as exc:
-                self.fatal = exc
-                self.stop_reason = str(exc)
+                self.fail(exc)
                 return None
             except (AgentFormatError, EnvError, ModelError) as exc:
                 error = exc
@@ -522,6 +594,87 @@ class _Runner:
             )
 
 
+class EpisodeWorker:
+    """Plays a job's episodes in this process, with its own model client, env servers and pool.
+
+    What an executor runs on each machine (the Ray executor: one per node). ``play`` may be
+    called several times at once: the episodes of every call share ``config.concurrency``
+    slots. Each episode is played by the runner's own code, so its record is the one a local
+    run writes.
+    """
+
+    def __init__(self, job: EpisodeJob, *, log_dir: Path) -> None:
+        """Prepare to play ``job`` (nothing starts before ``open``); env logs go to ``log_dir``."""
+        self.job = job
+        self.log_dir = log_dir
+        self._plan = _plan(job.config, job.taskset, log_dir, job.run_id)
+        self._stack = contextlib.AsyncExitStack()
+        self._runner: _Runner | None = None
+        self._slots = asyncio.Semaphore(job.config.concurrency)
+
+    async def open(self) -> tuple[EnvInfo, dict[str, Any]]:
+        """Start the model client and the env servers; return the env and the model details.
+
+        Raises:
+            TaskhubError: The env or the model could not be started.
+        """
+        try:
+            http = await self._stack.enter_async_context(_make_http())
+            runner = _Runner(
+                self._plan,
+                progress=None,
+                http=http,
+                env_headers=self.job.env_headers,
+                argv=None,
+                parent_manifest=None,
+            )
+            await self._stack.enter_async_context(runner.engine(self.log_dir / "env-logs"))
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        assert runner.env_info is not None
+        self._runner = runner
+        return runner.env_info, runner.model_details
+
+    async def play(self, items: Sequence[tuple[Task, int]]) -> AsyncIterator[EpisodeRecord]:
+        """Play ``items`` and yield each record as its episode ends (in any order).
+
+        Raises:
+            ModelAuthError: The model refused the credentials (fatal to the run).
+        """
+        runner = self._runner
+        if runner is None:
+            raise RuntimeError("EpisodeWorker.play() before open()")
+        finished: asyncio.Queue[EpisodeRecord | None] = asyncio.Queue()
+
+        async def one(task: Task, sample: int) -> None:
+            record = None
+            try:
+                async with self._slots:
+                    if not runner.stopping:
+                        record = await runner._episode(task, sample)
+            finally:
+                finished.put_nowait(record)
+
+        tasks = [asyncio.create_task(one(task, sample)) for task, sample in items]
+        try:
+            for _ in tasks:
+                record = await finished.get()
+                if record is not None:
+                    yield record
+                elif runner.fatal is not None:
+                    raise runner.fatal
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop the env servers and close the model client."""
+        self._runner = None
+        await self._stack.aclose()
+
+
 @functools.cache
 def _ssl_context() -> ssl.SSLContext:
     # Loading the CA bundle costs ~15 ms: once per process, not once per run.
@@ -541,6 +694,7 @@ async def evaluate_async(
     env_headers: dict[str, str] | None = None,
     hub_token: str | None = None,
     argv: list[str] | None = None,
+    executor: Executor | None = None,
 ) -> RunResult:
     """Run an evaluation and write its run directory.
 
@@ -552,6 +706,8 @@ async def evaluate_async(
         env_headers: Extra WebSocket handshake headers (a token for private Spaces).
         hub_token: Token for private Hub tasksets.
         argv: The command line, recorded in ``run.json``.
+        executor: Where the episodes are played (``taskhub.RayExecutor`` for a Ray cluster);
+            None plays them in this process. It changes no record, and is named in ``run.json``.
 
     Returns:
         The run directory, its manifest and summary.
@@ -571,7 +727,7 @@ async def evaluate_async(
     plan = _plan(config, taskset, target, run_id)
     fresh = not target.exists()
     try:
-        return await _evaluate_locked(plan, target, progress, env_headers, argv)
+        return await _evaluate_locked(plan, target, progress, env_headers, argv, executor)
     except BaseException:
         if fresh and not (target / "run.json").exists():  # bad configuration: leave nothing
             RunLock(target).remove_if_alone()
@@ -584,6 +740,7 @@ async def _evaluate_locked(
     progress: Progress | None,
     env_headers: dict[str, str] | None,
     argv: list[str] | None,
+    executor: Executor | None,
 ) -> RunResult:
     with RunLock(target):
         if (target / "run.json").exists():  # another writer started it meanwhile
@@ -598,6 +755,7 @@ async def _evaluate_locked(
                 env_headers=env_headers,
                 argv=argv,
                 parent_manifest=None,
+                executor=executor,
             )
             return await runner.run()
 
@@ -612,6 +770,7 @@ async def resume_async(
     env_headers: dict[str, str] | None = None,
     hub_token: str | None = None,
     argv: list[str] | None = None,
+    executor: Executor | None = None,
 ) -> RunResult:
     """Finish an interrupted run: run only the episodes it has no record of.
 
@@ -620,6 +779,7 @@ async def resume_async(
     carried some) again. ``retry=["infra"]`` also runs again the episodes that ended as
     ``infra_error``: their earlier records stay in ``episodes.jsonl`` as history, and readers
     count only the newest record of each (task, sample).
+    ``executor`` plays the missing episodes (whatever played the earlier ones).
 
     Raises:
         ResultsError: ``run_dir`` is not a run directory, the taskset changed, or another
@@ -673,6 +833,7 @@ async def resume_async(
                 env_headers=env_headers,
                 argv=argv or manifest.argv,
                 parent_manifest=manifest,
+                executor=executor,
             )
             return await runner.run()
 

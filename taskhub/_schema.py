@@ -522,9 +522,11 @@ class EvalConfig(BaseModel):
     split: str | None = None
     """Split to evaluate (default: the card's ``default_split``, else ``test``)."""
     limit: Annotated[int, Field(ge=1)] | None = None
-    """Evaluate only the first N tasks (after sharding)."""
+    """Evaluate only the first N tasks of the split (before sharding: the shards of a limited
+    run split those N tasks between them)."""
     shard: tuple[int, int] | None = None
-    """``(i, n)``: evaluate every n-th task starting at i (0-based)."""
+    """``(i, n)``: evaluate every n-th task starting at i (0-based), of the tasks the limit
+    kept."""
     samples: Annotated[int, Field(ge=1)] = 1
     """Episodes per task (for pass@k)."""
     seed: int = 0
@@ -556,6 +558,13 @@ class EvalConfig(BaseModel):
     """Stop the run at the first episode that is not scored."""
     max_frame_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     """Largest frame accepted from an env."""
+    env_provider: str | None = None
+    """OpenEnv provider that starts the env (``uv``, ``docker``, ``hf-sandbox``, ``modal``,
+    ``daytona``, ``novita``, ``aca``) instead of taskhub's own launcher; None: launch local envs
+    with uvicorn in this Python, reach URLs and Spaces as they are."""
+    env_provider_options: JsonObject = Field(default_factory=dict)
+    """Keyword arguments of the provider's constructor (never credentials: they are written to
+    ``run.json``; each provider's SDK reads its own from the environment)."""
     fresh_session: bool = False
     """Open a new env session for every episode, instead of resetting an idle open session of
     the server again (WebSocket servers serve many episodes per session)."""
@@ -612,8 +621,8 @@ class EnvInfo(BaseModel):
 
     spec: str
     """The env as the user named it."""
-    kind: Literal["url", "space", "folder", "builtin"]
-    """How the spec was resolved."""
+    kind: Literal["url", "space", "folder", "builtin", "image", "git"]
+    """How the spec was resolved (``image`` and ``git``: sources an env provider starts)."""
     urls: list[str]
     """Base URLs of the servers used (one per replica)."""
     transport: Literal["ws", "http"] = "ws"
@@ -635,6 +644,9 @@ class EnvInfo(BaseModel):
     or ``openenv-0.4+``."""
     server_openenv: str | None = Field(default=None, exclude_if=_unset)
     """The server's OpenEnv version, when ``/metadata`` gives it."""
+    provider: str | None = None
+    """The OpenEnv provider that started the servers (``uv``, ``docker``, ``modal``...); None
+    when taskhub launched them itself or reached them at their URL."""
 
 
 class ModelInfo(BaseModel):
@@ -657,6 +669,21 @@ class ModelInfo(BaseModel):
     tool_calling: Literal["native", "text"] | None = Field(default=None, exclude_if=_unset)
     """How the model acted: function tools (``native``) or JSON in its replies (``text``);
     ``text`` after a fallback from native (``details.tool_calling_fallback`` says why)."""
+
+
+class ExecutorInfo(BaseModel):
+    """Where a run's episodes were played (it changes no record)."""
+
+    model_config = _MODEL_CONFIG
+
+    kind: Literal["local", "ray"] = "local"
+    """``local``: in the process that wrote the run; ``ray``: on a Ray cluster's nodes."""
+    address: str | None = None
+    """The Ray cluster's address, None when a local Ray instance was started for the run."""
+    nodes: int = 1
+    """Workers that played episodes (one per node)."""
+    version: str | None = None
+    """Version of Ray."""
 
 
 class RunManifest(BaseModel):
@@ -704,6 +731,10 @@ class RunManifest(BaseModel):
     """Run this one was derived from (``taskhub rescore``)."""
     success_threshold: float | None = None
     """The success threshold the run applied (the flag's, else the taskset card's)."""
+    merged_from: list[str] = Field(default_factory=list)
+    """Run ids of the shard runs this run was merged from (``taskhub results merge``)."""
+    executor: ExecutorInfo | None = None
+    """Where the episodes of the latest session were played (None in files of older taskhub)."""
 
     @field_validator("run_id")
     @classmethod

@@ -40,7 +40,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -196,6 +196,10 @@ class BatchConfig(BaseModel):
     """Also write each report in RFC 008's own layout, to ``<output>/rfc008/<name>.json``."""
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     """The validation run for each submission (its ``taskset`` is the default)."""
+    ray: str | None = None
+    """Validate on a Ray cluster at this address (``local``, ``auto``, ``HOST:PORT``): one Ray
+    task per submission, on any node; the reports are still written here. None: subprocesses
+    of this machine."""
 
 
 def _row_target(row: dict[str, Any], base: Path) -> str:
@@ -612,6 +616,11 @@ class _Batch:
             write_report(report_path, report)
         for path in (partial, pids, phase, job_path):
             path.unlink(missing_ok=True)
+        self.finished(submission, report_path)
+
+    def finished(self, submission: Submission, report_path: Path) -> None:
+        """After a submission's report is written: its RFC 008 copy, the log line, progress."""
+        stem = submission.file_stem
         report_or_none = read_report(report_path)
         if report_or_none is not None and self.config.rfc008:
             folder = self.output / "rfc008"
@@ -631,9 +640,24 @@ class _Batch:
         for submission in self.submissions:
             queue.put_nowait(submission)
 
+        run_one: Callable[[Submission], Awaitable[None]] = self.run_one
+        stop_ray = False
+        if self.config.ray is not None:
+            from taskhub import connect_ray
+
+            from ._ray import ray_task, run_one_on_ray
+
+            stop_ray = connect_ray(self.config.ray)
+            import ray
+
+            remote = ray_task(ray)
+
+            async def run_one(submission: Submission) -> None:
+                await run_one_on_ray(self, submission, remote)
+
         async def worker() -> None:
             while not queue.empty():
-                await self.run_one(queue.get_nowait())
+                await run_one(queue.get_nowait())
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -646,6 +670,10 @@ class _Batch:
                 _kill_servers(pids)
             _kill_strays(self.work)
             self.write_summary()
+            if stop_ray:
+                import ray
+
+                ray.shutdown()
         return self.rows()
 
     def rows(self) -> list[dict[str, Any]]:

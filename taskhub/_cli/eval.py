@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import SecretStr, ValidationError
@@ -30,6 +30,21 @@ def _parse_shard(value: str | None) -> tuple[int, int] | None:
     if not sep or not index.isdigit() or not count.isdigit():
         raise typer.BadParameter(f"{value!r} is not i/n (e.g. 0/4)", param_hint="--shard")
     return int(index), int(count)
+
+
+def _parse_options(values: list[str] | None) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for value in values or []:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(
+                f"{value!r} is not KEY=VALUE", param_hint="--env-provider-option"
+            )
+        try:
+            options[key.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            options[key.strip()] = text
+    return options
 
 
 def _redacted_argv() -> list[str]:
@@ -88,8 +103,16 @@ def eval_command(
         ),
     ] = None,
     split: Annotated[str | None, typer.Option(help="Split to run (default: the card's).")] = None,
-    limit: Annotated[int | None, typer.Option(help="Run only the first N tasks.", min=1)] = None,
-    shard: Annotated[str | None, typer.Option(help="Run shard i/n of the tasks (0-based).")] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Run only the first N tasks (before --shard).", min=1)
+    ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            help="Run shard i/n (0-based) of the tasks --limit kept; `taskhub results merge` "
+            "joins the shards' run directories into one run."
+        ),
+    ] = None,
     samples: Annotated[
         int, typer.Option("--samples", "-k", help="Episodes per task (pass@k).", min=1)
     ] = 1,
@@ -102,6 +125,23 @@ def eval_command(
     replicas: Annotated[
         int, typer.Option(help="Server processes to launch for a local env.", min=1)
     ] = 1,
+    env_provider: Annotated[
+        str | None,
+        typer.Option(
+            help="Start the env with an OpenEnv provider: uv (ENV: folder, built-in env, Space "
+            "id, git+URL; its own dependencies via uv run), docker (ENV: an image or a Space "
+            "id), hf-sandbox, modal, daytona, novita, aca (ENV: the provider's image source).",
+            envvar="TASKHUB_ENV_PROVIDER",
+        ),
+    ] = None,
+    env_provider_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--env-provider-option",
+            help="KEY=VALUE passed to the provider's constructor (VALUE read as JSON when it "
+            "parses), repeatable. Never credentials: the SDKs read theirs from the environment.",
+        ),
+    ] = None,
     max_sessions_per_env: Annotated[
         int | None,
         typer.Option(help="Sessions per server at most (default: learnt from the server).", min=1),
@@ -192,6 +232,18 @@ def eval_command(
             "infra_error); their earlier records stay as history, never counted.",
         ),
     ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Play the episodes on a Ray cluster, one worker per node (each with its own "
+            "env servers, model client and --concurrency): 'local' starts Ray on this machine, "
+            "'auto' joins the one running here, HOST:PORT or ray://HOST:PORT a cluster. The "
+            "records are those of a run without --ray. Needs taskhub-openenv[ray].",
+            envvar="TASKHUB_RAY",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     progress: Annotated[
         bool | None,
@@ -223,6 +275,11 @@ def eval_command(
     hub_token = os.environ.get("HF_TOKEN")
     if hub_token and "/" in env and not env.startswith(("http", "ws", ".", "/")):
         headers["Authorization"] = f"Bearer {hub_token}"
+    executor = None
+    if ray is not None:
+        from taskhub._ray import RayExecutor
+
+        executor = RayExecutor(ray)
     try:
         result: RunResult
         if resume_dir is not None:
@@ -234,6 +291,7 @@ def eval_command(
                 progress=bar,
                 env_headers=headers,
                 argv=_redacted_argv(),
+                executor=executor,
             )
         else:
             if retry:
@@ -255,6 +313,8 @@ def eval_command(
                     seed=seed,
                     concurrency=concurrency,
                     replicas=replicas,
+                    env_provider=env_provider,
+                    env_provider_options=_parse_options(env_provider_option),
                     max_sessions_per_env=max_sessions_per_env,
                     fresh_session=fresh_session,
                     max_steps=max_steps,
@@ -281,6 +341,7 @@ def eval_command(
                 env_headers=headers,
                 hub_token=hub_token,
                 argv=_redacted_argv(),
+                executor=executor,
             )
     except KeyboardInterrupt:
         typer.echo(

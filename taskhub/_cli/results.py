@@ -11,11 +11,13 @@ import typer
 from rich.console import Console
 
 from taskhub._cli._render import summary_table, task_table
+from taskhub._cli.merge import merge_command
 from taskhub._errors import TaskhubError
 from taskhub._results import SUMMARY_COLUMNS, read_manifest, summarize
 from taskhub._results_table import dropped_records, read_results_table
 
 app = typer.Typer(help="Read run directories and publish them.", no_args_is_help=True)
+app.command("merge")(merge_command)
 
 
 @app.command("show")

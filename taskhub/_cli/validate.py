@@ -137,6 +137,16 @@ def validate_command(
             "(default: OUT/.pip-cache)."
         ),
     ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Batch: one Ray task per submission on a Ray cluster ('local', 'auto', "
+            "HOST:PORT), each under its deadline; the reports are written here.",
+            envvar="TASKHUB_RAY",
+        ),
+    ] = None,
 ) -> None:
     """Validate an OpenEnv environment (or a batch of submissions) and print its report card.
 
@@ -195,6 +205,7 @@ def validate_command(
                 pip_cache=pip_cache,
                 rfc008=rfc008 is not None,
                 validation=config,
+                ray=ray,
             )
         except (TaskhubError, ValidationError) as exc:
             typer.echo(f"{type(exc).__name__}: {exc}", err=True)

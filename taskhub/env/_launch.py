@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import yaml
@@ -39,6 +39,9 @@ from taskhub._schema import EnvInfo, HttpDialect, ToolSpec
 from taskhub.env._client import EnvClient, Transport, split_base_url
 from taskhub.env._http import fetch_json, learn_http_dialect
 from taskhub.env._tools import ToolDiscovery, discover_tools, is_tool_env
+
+if TYPE_CHECKING:
+    from taskhub.env._providers import ProvidedServer, ProviderTarget
 
 logger = logging.getLogger(__name__)
 
@@ -363,7 +366,7 @@ class EnvHandle:
             print(env.info.urls)
     """
 
-    target: EnvTarget
+    target: EnvTarget | ProviderTarget
     http: httpx.AsyncClient
     replicas: int = 1
     max_sessions: int | None = None
@@ -372,6 +375,9 @@ class EnvHandle:
     log_dir: Path | None = None
     servers: list[LocalServer] = field(default_factory=list)
     info: EnvInfo | None = None
+    provider: str | None = None
+    provider_options: dict[str, Any] = field(default_factory=dict)
+    provided: list[ProvidedServer] = field(default_factory=list)
 
     @classmethod
     def open(
@@ -384,16 +390,31 @@ class EnvHandle:
         headers: dict[str, str] | None = None,
         log_dir: Path | None = None,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
+        provider: str | None = None,
+        provider_options: dict[str, Any] | None = None,
     ) -> EnvHandle:
-        """Resolve ``spec``; servers start when the handle is entered."""
+        """Resolve ``spec``; servers start when the handle is entered.
+
+        With ``provider`` (``uv``, ``docker``, a hosted sandbox: see ``taskhub.env._providers``)
+        OpenEnv's provider of that name starts the servers instead of taskhub's launcher.
+        """
+        target: EnvTarget | ProviderTarget
+        if provider is not None:
+            from taskhub.env._providers import provider_target
+
+            target = provider_target(spec, provider)
+        else:
+            target = resolve_env(spec)
         return cls(
-            resolve_env(spec),
+            target,
             http,
             replicas=replicas,
             max_sessions=max_sessions,
             headers=dict(headers or {}),
             log_dir=log_dir,
             startup_timeout=startup_timeout,
+            provider=provider,
+            provider_options=dict(provider_options or {}),
         )
 
     async def __aenter__(self) -> EnvHandle:
@@ -410,7 +431,22 @@ class EnvHandle:
     async def start(self) -> EnvInfo:
         """Launch local servers (if any), wait for health, probe the transport, read metadata."""
         target = self.target
-        if target.kind in ("folder", "builtin"):
+        if self.provider is not None:
+            from taskhub.env._providers import start_provided
+
+            app = read_manifest(target.path).get("app") if target.path else None
+            self.provided = await start_provided(
+                self.provider,
+                target.spec,
+                folder=target.path,
+                app=app if isinstance(app, str) else "server.app:app",
+                replicas=self.replicas,
+                max_sessions=self.max_sessions,
+                options=self.provider_options,
+                startup_timeout=self.startup_timeout,
+            )
+            urls = [s.url for s in self.provided]
+        elif target.kind in ("folder", "builtin"):
             assert target.path is not None
             if target.kind == "builtin" and importlib.util.find_spec("openenv") is None:
                 raise EnvLaunchError(
@@ -451,6 +487,7 @@ class EnvHandle:
             tools=tools,
             tool_discovery=discovery,
             server_openenv=openenv_version(metadata),
+            provider=self.provider,
         )
         return self.info
 
@@ -458,6 +495,9 @@ class EnvHandle:
         """Stop every server this handle launched."""
         for server in self.servers:
             server.stop()
+        for provided in self.provided:
+            provided.stop()
+        self.provided = []
 
 
 async def _tools_of(
