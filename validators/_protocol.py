@@ -22,9 +22,9 @@ from taskhub.env import OPENENV_HTTP, EnvClient, HttpDialect, learn_http_dialect
 
 from ._actions import candidate_actions, inline, repaired
 from ._check import Finding, check, failed, passed, skipped
-from ._driver import ActionPolicy, HttpReply, Transport, http_call
+from ._driver import ActionPolicy, HttpReply, Transport, field_diff, http_call
 from ._json import JsonObject
-from ._subject import Product, Subject
+from ._subject import Product, Subject, noop_policy
 
 # --- HTTP routes -------------------------------------------------------------------------------
 
@@ -628,6 +628,204 @@ async def check_concurrency(subject: Subject) -> Finding:
             measured=measured,
         )
     return passed(f"{achieved} concurrent sessions served", measured=measured)
+
+
+# --- HTTP episodes -----------------------------------------------------------------------------
+
+HttpOutcome = Literal["none", "unknown", "stateless", "broken", "carries", "shared", "isolated"]
+
+
+@dataclass
+class HttpEpisode:
+    """What an episode played over the server's HTTP routes showed."""
+
+    outcome: HttpOutcome
+    """``stateless``: a /ws server's HTTP routes serve a fresh env per request. ``broken``:
+    an HTTP-only server's episode does not carry across requests. ``shared``: one env serves
+    every HTTP client. ``carries`` / ``isolated``: the episode works (and each client has its
+    own). ``none``: no HTTP routes; ``unknown``: it could not be seen."""
+    summary: str
+    measured: JsonObject = field(default_factory=dict)
+    evidence: list[Any] = field(default_factory=list)
+    remediation: str = ""
+
+
+async def _http_state(session: Any) -> tuple[JsonObject | None, str | None]:
+    try:
+        return await session.state(), None
+    except EnvError as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+
+
+#: What to do about HTTP routes that serve a fresh env per request.
+STATELESS_REMEDIATION = (
+    "Play episodes over /ws (OpenEnv's clients do), and say so; to let HTTP clients play too, "
+    "keep each HTTP episode's env between requests behind a session id the reset returns."
+)
+
+
+async def probe_http_episode(subject: Subject) -> HttpEpisode:
+    """Play one episode over the server's HTTP routes, then reset a second HTTP client.
+
+    A step that fails right after a successful reset, a state that fails after a step, or a
+    step count that does not advance while it does over /ws: the routes serve a fresh env per
+    request. A second client's reset that changes the first client's state: one global env.
+    """
+    driver = subject.driver
+    wire = await subject.get(WIRE)
+    dialect = wire.http_dialect
+    if dialect is None:
+        return HttpEpisode("none", "the server has no HTTP episode routes (POST /reset and /step)")
+    over_ws = driver.transport == "ws"
+    task = subject.tasks[0]
+    action = subject.noop_action()
+    kwargs = subject.reset_kwargs(task, tag="http-a")
+    measured: JsonObject = {"transport": driver.transport, "dialect": dialect.model_dump()}
+
+    def fresh(what: str, evidence: JsonObject) -> HttpEpisode:
+        if over_ws:
+            return HttpEpisode(
+                "stateless",
+                f"{what}: the HTTP routes serve a fresh env per request (episodes play only "
+                "over /ws)"[:600],
+                {**measured, "http_stateless": True},
+                [evidence],
+                STATELESS_REMEDIATION,
+            )
+        return HttpEpisode(
+            "broken",
+            what[:500],
+            measured,
+            [evidence],
+            "Keep one env per episode across HTTP requests (or serve episodes over /ws): a "
+            "/step on a fresh, never-reset env fails or acts on a blank episode.",
+        )
+
+    async with driver.session("http", dialect) as first:
+        try:
+            await first.reset(**kwargs)
+        except EnvError as exc:
+            return HttpEpisode("unknown", f"an HTTP reset failed: {exc}"[:400], measured)
+        state_0, _ = await _http_state(first)
+        try:
+            result = await first.step(action)
+        except EnvError as exc:
+            return fresh(
+                f"HTTP POST {dialect.step_path} failed right after a successful reset: {exc}",
+                {"reset": kwargs, "action": action, "error": str(exc)[:400]},
+            )
+        state_1, state_error = await _http_state(first)
+        if state_1 is None and state_error is not None and (state_0 is not None or over_ws):
+            if state_0 is not None or "HTTP 5" in state_error:
+                return fresh(
+                    f"GET {dialect.state_path} failed after an HTTP reset and step: {state_error}",
+                    {
+                        "reset": kwargs,
+                        "action": action,
+                        "state_after_reset": state_0,
+                        "state_error": state_error,
+                    },
+                )
+        if over_ws:
+            count_0 = (state_0 or {}).get("step_count")
+            count_1 = (state_1 or {}).get("step_count")
+            measured["step_count"] = [count_0, count_1]
+            if isinstance(count_0, int) and count_0 == count_1 and not result.done:
+                played = await driver.play(
+                    subject.reset_kwargs(task, tag="http-ws"),
+                    noop_policy(subject),
+                    max_steps=1,
+                    snapshots=True,
+                )
+                counts = [s.get("step_count") for s in played.states]
+                if played.final_state is not None:
+                    counts.append(played.final_state.get("step_count"))
+                measured["ws_step_count"] = counts
+                if len(set(counts)) < 2:
+                    return HttpEpisode(
+                        "carries",
+                        "HTTP /step answers; the state counts steps no more over /ws than over "
+                        "HTTP (runtime.state_contract judges it)",
+                        measured,
+                    )
+                return fresh(
+                    f"HTTP /step did not advance the episode: step_count stayed {count_0} "
+                    f"while over /ws it went {counts}",
+                    {"reset": kwargs, "action": action, "http_states": [state_0, state_1]},
+                )
+            return HttpEpisode("carries", "HTTP /reset and /step carry an episode", measured)
+        if state_1 is None:
+            return HttpEpisode(
+                "unknown",
+                f"the server has no working state route ({state_error}): whether HTTP clients "
+                "share one env cannot be seen",
+                measured,
+            )
+        again, _ = await _http_state(first)
+        if again != state_1:
+            return HttpEpisode(
+                "unknown",
+                "two GET /state calls with nothing in between differ (the state holds a clock "
+                "or counter): whether HTTP clients share one env cannot be seen",
+                {**measured, "state_drift": field_diff(state_1, again)},
+            )
+        other = subject.reset_kwargs(
+            subject.tasks[-1], seed=int(kwargs.get("seed", 0)) + 1, tag="http-b"
+        )
+        async with driver.session("http", dialect) as second:
+            try:
+                await second.reset(**other)
+            except EnvError as exc:
+                return HttpEpisode(
+                    "unknown", f"a second client's reset failed: {exc}"[:300], measured
+                )
+        state_2, _ = await _http_state(first)
+    changes = field_diff(state_1, state_2)
+    measured["changed_fields"] = len(changes)
+    evidence: JsonObject = {
+        "client_a_reset": kwargs,
+        "client_b_reset": other,
+        "client_a_state_before": state_1,
+        "client_a_state_after": state_2,
+        "diff": changes,
+    }
+    if changes:
+        return HttpEpisode(
+            "shared",
+            "a second HTTP client's reset changed the first client's episode "
+            f"(one global env serves every client): {'; '.join(changes[:3])}",
+            measured,
+            [evidence],
+            "Keep one env per client (a session id in the request, or /ws sessions): with one "
+            "module-level env, concurrent episodes trample each other.",
+        )
+    return HttpEpisode(
+        "isolated", "a second HTTP client's reset left the first client's episode alone", measured
+    )
+
+
+#: One episode over the HTTP routes (read by runtime.http_episode and protocol.http_stateless).
+HTTP_EPISODE = Product("http_episode", probe_http_episode)
+
+
+@check("protocol.http_stateless", level="protocol", needs=("episode",))
+async def check_http_stateless(subject: Subject) -> Finding:
+    """A /ws server's HTTP routes carry an episode, rather than a fresh env per request.
+
+    OpenEnv's ``create_app`` serves ``POST /reset`` and ``/step`` with a fresh env per request
+    while ``/ws`` carries the episodes: an HTTP client's step then fails (a 500) or acts on a
+    blank env that never advances. The env is usable over /ws; HTTP clients cannot play it.
+    """
+    if subject.driver.transport != "ws":
+        return skipped("episodes are played over HTTP: runtime.http_episode judges them")
+    probe = await subject.get(HTTP_EPISODE)
+    if probe.outcome == "stateless":
+        return failed(
+            probe.summary, probe.remediation, measured=probe.measured, evidence=probe.evidence
+        )
+    if probe.outcome in ("carries", "isolated"):
+        return passed(probe.summary, measured=probe.measured)
+    return skipped(probe.summary, measured=probe.measured)
 
 
 # --- malformed input ---------------------------------------------------------------------------
