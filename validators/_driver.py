@@ -259,6 +259,17 @@ class EnvDriver:
     """The path that said a launched server was up (``/health``, or ``/`` without one)."""
     first_action: JsonObject | None = None
     """The first action the env accepted, when it refused the emptiest one."""
+    op_timeout_s: float = 0.0
+    """Deadline of one request: the configured one, raised for an env whose resets are slow
+    (``protocol.WIRE`` measures them)."""
+
+    def __post_init__(self) -> None:
+        self.op_timeout_s = self.op_timeout_s or self.config.op_timeout_s
+
+    @property
+    def slowdown(self) -> float:
+        """How much longer than configured a request may take on this env (1 when not slow)."""
+        return max(self.op_timeout_s / self.config.op_timeout_s, 1.0)
 
     # --- what the server declares --------------------------------------------------------
 
@@ -312,7 +323,7 @@ class EnvDriver:
             self.url,
             transport or self.transport or "ws",
             http=self.http,
-            timeout=config.op_timeout_s,
+            timeout=self.op_timeout_s,
             connect_timeout=config.op_timeout_s,
             max_frame_bytes=config.max_frame_bytes,
             dialect=dialect or self.dialect,
@@ -505,8 +516,9 @@ async def http_call(
         kwargs = {"content": content, "headers": {"content-type": "application/json"}}
     elif json_body is not None:
         kwargs = {"json": json_body}
+    kwargs["timeout"] = httpx.Timeout(driver.op_timeout_s, connect=5.0)
     try:
-        async with asyncio.timeout(driver.config.op_timeout_s):
+        async with asyncio.timeout(driver.op_timeout_s):
             async with driver.http.stream(method, url, **kwargs) as response:
                 reply.status = response.status_code
                 async for chunk in response.aiter_bytes():
@@ -515,7 +527,7 @@ async def http_call(
                         reply.error = f"body larger than {limit} bytes"
                         break
     except TimeoutError:
-        reply.error = f"no answer within {driver.config.op_timeout_s:g}s"
+        reply.error = f"no answer within {driver.op_timeout_s:g}s"
     except httpx.HTTPError as exc:
         reply.error = f"{type(exc).__name__}: {exc}"
     reply.latency_s = time.perf_counter() - started

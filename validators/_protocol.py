@@ -17,7 +17,7 @@ from typing import Any, Literal
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from taskhub import EnvCapacityError, EnvConnectError, EnvError
+from taskhub import EnvCapacityError, EnvConnectError, EnvError, EnvTimeout
 from taskhub.env import OPENENV_HTTP, EnvClient, HttpDialect, learn_http_dialect, split_base_url
 
 from ._actions import candidate_actions, inline, repaired
@@ -246,6 +246,8 @@ class Wire:
     """The dialect of the server's HTTP episode routes, when it has them (``/ws`` or not)."""
     openapi_action: dict[str, Any] | None = None
     """The action schema of the step route in ``/openapi.json``, when it is typed."""
+    slow_reset_s: float | None = None
+    """How long a reset took, when it needed more than the request deadline."""
 
 
 def _openapi_action(reply: HttpReply) -> tuple[HttpDialect | None, dict[str, Any] | None]:
@@ -285,10 +287,12 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
     routes += [("http", d) for d in dialects]
     reset_errors: list[str] = []
     step_errors: list[str] = []
+    waited_long = False
     for transport, dialect in routes:
         driver.transport = transport
         driver.dialect = dialect or OPENENV_HTTP
         kwargs = None
+        timeouts = 0
         for candidate in resets:
             trajectory = await driver.play(candidate, lambda i, r: None, max_steps=0)
             wire.attempts.append(
@@ -297,7 +301,12 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
             if trajectory.error is None:
                 kwargs = candidate
                 break
+            timeouts += isinstance(trajectory.error, EnvTimeout)
             reset_errors.append(_text(trajectory.error) or "")
+        if kwargs is None and timeouts == len(resets) and not waited_long:
+            waited_long = True  # every reset timed out: a slow env gets one long wait
+            if await _slow_reset(subject, wire, base):
+                kwargs = base
         if kwargs is None:
             continue
         if transport == "http" and dialect is not None and kwargs is not base:
@@ -345,6 +354,37 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
 
 #: Most first actions tried on one transport before the env is said to refuse them all.
 MAX_FIRST_ACTIONS = 8
+#: A slow env's request deadline: this many times its measured reset, plus a margin (seconds).
+SLOW_FACTOR, SLOW_MARGIN_S = 2.0, 5.0
+
+
+async def _slow_reset(subject: Subject, wire: Wire, kwargs: JsonObject) -> bool:
+    """Reset once more under the startup deadline; if it answers, raise the request deadline.
+
+    An env whose reset does real work (a simulation's warm-up, a dataset load) may need more
+    than the request deadline, on a loaded machine most of all: it is measured, not refused.
+    """
+    driver = subject.driver
+    configured = subject.config.op_timeout_s
+    driver.op_timeout_s = max(subject.config.startup_timeout_s, configured)
+    trajectory = await driver.play(kwargs, lambda i, r: None, max_steps=0)
+    wire.attempts.append(
+        {
+            "transport": driver.transport,
+            "reset": kwargs,
+            "deadline_s": driver.op_timeout_s,
+            "error": _text(trajectory.error),
+            "duration_s": round(trajectory.duration_s, 2),
+        }
+    )
+    if trajectory.error is not None:
+        driver.op_timeout_s = configured
+        return False
+    wire.slow_reset_s = round(trajectory.duration_s, 2)
+    driver.op_timeout_s = min(
+        driver.op_timeout_s, max(configured, SLOW_FACTOR * trajectory.duration_s + SLOW_MARGIN_S)
+    )
+    return True
 
 
 def _once(action: JsonObject) -> ActionPolicy:
@@ -437,6 +477,12 @@ async def discover_wire(subject: Subject) -> Wire:
 WIRE = Product("wire", discover_wire)
 
 
+def unfinished_wire(seconds: float) -> Wire:
+    """The wire of a server whose discovery did not finish within ``seconds``."""
+    why = f"the protocol discovery did not finish within {seconds:g}s"
+    return Wire(schema_reply=HttpReply("GET /schema", error=why), cause=why)
+
+
 @check("protocol.websocket", level="protocol", needs=("server",), provides=("ws",))
 async def check_websocket(subject: Subject) -> Finding:
     """The WebSocket /ws accepts a session and answers reset with an observation frame."""
@@ -520,9 +566,20 @@ async def check_episode(subject: Subject) -> Finding:
         return failed(
             "step was not answered", "Answer step frames with observations.", evidence=evidence
         )
+    slow = (
+        f" (a reset takes {wire.slow_reset_s:g}s: requests were given "
+        f"{subject.driver.op_timeout_s:g}s)"
+        if wire.slow_reset_s is not None
+        else ""
+    )
     return passed(
-        f"reset and step answer with observations over {transport}",
-        measured={"transport": transport, "first_action": action},
+        f"reset and step answer with observations over {transport}{slow}",
+        measured={
+            "transport": transport,
+            "first_action": action,
+            "slow_reset_s": wire.slow_reset_s,
+            "op_timeout_s": subject.driver.op_timeout_s,
+        },
         evidence=evidence,
     )
 

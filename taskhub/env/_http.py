@@ -112,20 +112,22 @@ class HttpEnvSession:
             raise EnvClosedError(f"{verb}: the session is closed", env_url=self.base_url)
         url = self.base_url + path
         started = time.perf_counter()
+        # the session's deadline governs, whatever the shared client's own timeout says
+        limit = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0))
         try:
             async with asyncio.timeout(self.timeout):
                 try:
-                    response = await self._http.request(method, url, json=body)
+                    response = await self._http.request(method, url, json=body, timeout=limit)
                 except (httpx.ReadError, httpx.RemoteProtocolError):
                     if not fresh_retry:
                         raise
-                    response = await self._http.request(method, url, json=body)
+                    response = await self._http.request(method, url, json=body, timeout=limit)
                 for _ in range(THROTTLE_RETRIES):
                     if response.status_code != 429:
                         break
                     # a rate-limited server: wait as it asks (within the deadline), then again
                     await asyncio.sleep(_retry_after(response))
-                    response = await self._http.request(method, url, json=body)
+                    response = await self._http.request(method, url, json=body, timeout=limit)
         except TimeoutError:
             raise EnvTimeout(
                 f"{verb}: no reply from {url} within {self.timeout:g}s", env_url=url
