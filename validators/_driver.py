@@ -36,6 +36,7 @@ from taskhub.env import (
     wait_healthy,
 )
 
+from ._actions import ChoiceHint
 from ._config import ValidationConfig
 from ._json import JsonObject
 
@@ -259,6 +260,9 @@ class EnvDriver:
     """The path that said a launched server was up (``/health``, or ``/`` without one)."""
     first_action: JsonObject | None = None
     """The first action the env accepted, when it refused the emptiest one."""
+    choice_hint: ChoiceHint | None = None
+    """The action field that plays a choice the observation lists, when that is how the env
+    accepted its first action (the do-nothing policy then follows the list)."""
     op_timeout_s: float = 0.0
     """Deadline of one request: the configured one, raised for an env whose resets are slow
     (``protocol.WIRE`` measures them)."""
@@ -519,13 +523,21 @@ async def http_call(
     kwargs["timeout"] = httpx.Timeout(driver.op_timeout_s, connect=5.0)
     try:
         async with asyncio.timeout(driver.op_timeout_s):
-            async with driver.http.stream(method, url, **kwargs) as response:
-                reply.status = response.status_code
-                async for chunk in response.aiter_bytes():
-                    reply.body += chunk
-                    if len(reply.body) > limit:
-                        reply.error = f"body larger than {limit} bytes"
-                        break
+            for attempt in range(2):
+                try:
+                    async with driver.http.stream(method, url, **kwargs) as response:
+                        reply.status = response.status_code
+                        async for chunk in response.aiter_bytes():
+                            reply.body += chunk
+                            if len(reply.body) > limit:
+                                reply.error = f"body larger than {limit} bytes"
+                                break
+                    break
+                except (httpx.ReadError, httpx.RemoteProtocolError):
+                    # uvicorn closes a keep-alive connection after an unhandled exception's
+                    # 500: a request on that pooled connection fails before any answer
+                    if attempt or reply.status is not None:
+                        raise
     except TimeoutError:
         reply.error = f"no answer within {driver.op_timeout_s:g}s"
     except httpx.HTTPError as exc:

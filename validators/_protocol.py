@@ -20,9 +20,9 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from taskhub import EnvCapacityError, EnvConnectError, EnvError, EnvTimeout
 from taskhub.env import OPENENV_HTTP, EnvClient, HttpDialect, learn_http_dialect, split_base_url
 
-from ._actions import candidate_actions, inline, repaired
+from ._actions import candidate_actions, hinted_actions, inline, repaired
 from ._check import Finding, check, failed, passed, skipped
-from ._driver import ActionPolicy, HttpReply, Transport, field_diff, http_call
+from ._driver import ActionPolicy, HttpReply, Trajectory, Transport, field_diff, http_call
 from ._json import JsonObject
 from ._subject import Product, Subject, noop_policy
 
@@ -293,6 +293,7 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
         driver.dialect = dialect or OPENENV_HTTP
         kwargs = None
         timeouts = 0
+        first: dict[str, Any] = {}
         for candidate in resets:
             trajectory = await driver.play(candidate, lambda i, r: None, max_steps=0)
             wire.attempts.append(
@@ -300,13 +301,16 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
             )
             if trajectory.error is None:
                 kwargs = candidate
+                first = trajectory.first.observation if trajectory.first else {}
                 break
             timeouts += isinstance(trajectory.error, EnvTimeout)
             reset_errors.append(_text(trajectory.error) or "")
         if kwargs is None and timeouts == len(resets) and not waited_long:
             waited_long = True  # every reset timed out: a slow env gets one long wait
-            if await _slow_reset(subject, wire, base):
+            slow = await _slow_reset(subject, wire, base)
+            if slow is not None:
                 kwargs = base
+                first = slow.first.observation if slow.first else {}
         if kwargs is None:
             continue
         if transport == "http" and dialect is not None and kwargs is not base:
@@ -316,6 +320,11 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
         candidates = candidate_actions(driver.action_schema)
         if wire.openapi_action is not None:
             candidates += [a for a in candidate_actions(wire.openapi_action) if a not in candidates]
+        # a choice the reset observation lists (legal_moves...) goes right after the emptiest
+        hints = hinted_actions(driver.action_schema, first)
+        for position, (hinted, _hint) in enumerate(hints[:3], start=1):
+            if hinted not in candidates:
+                candidates.insert(min(position, len(candidates)), hinted)
         tried = 0
         while candidates and tried < MAX_FIRST_ACTIONS:
             action = candidates.pop(0)
@@ -329,6 +338,7 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
             if trajectory.error is None and (trajectory.steps or trajectory.done):
                 wire.action = action
                 wire.cause = None
+                driver.choice_hint = next((h for a, h in hints if a == action), None)
                 if action != subject.noop_action():
                     driver.first_action = action
                 if transport == "http":
@@ -358,7 +368,7 @@ MAX_FIRST_ACTIONS = 8
 SLOW_FACTOR, SLOW_MARGIN_S = 2.0, 5.0
 
 
-async def _slow_reset(subject: Subject, wire: Wire, kwargs: JsonObject) -> bool:
+async def _slow_reset(subject: Subject, wire: Wire, kwargs: JsonObject) -> Trajectory | None:
     """Reset once more under the startup deadline; if it answers, raise the request deadline.
 
     An env whose reset does real work (a simulation's warm-up, a dataset load) may need more
@@ -379,12 +389,12 @@ async def _slow_reset(subject: Subject, wire: Wire, kwargs: JsonObject) -> bool:
     )
     if trajectory.error is not None:
         driver.op_timeout_s = configured
-        return False
+        return None
     wire.slow_reset_s = round(trajectory.duration_s, 2)
     driver.op_timeout_s = min(
         driver.op_timeout_s, max(configured, SLOW_FACTOR * trajectory.duration_s + SLOW_MARGIN_S)
     )
-    return True
+    return trajectory
 
 
 def _once(action: JsonObject) -> ActionPolicy:

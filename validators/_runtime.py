@@ -443,6 +443,7 @@ async def check_step_after_done(subject: Subject) -> Finding:
                 last = await session.step(policy(index, last))
             if not last.done:
                 return skipped("the episode did not end (runtime.termination reports it)")
+            final = last
             # the reference answer, when there is one: a step after done must not pay
             solution = subject.oracle_actions(task)
             action = solution[0] if solution else policy(0, last)
@@ -458,12 +459,21 @@ async def check_step_after_done(subject: Subject) -> Finding:
             "observation": result.observation,
             "reward": result.reward,
             "done": result.done,
+            "changes_from_the_final_observation": field_diff(final.observation, result.observation),
         }
     ]
-    if result.done and not result.reward:
-        return passed("a step after done answered done=True with no reward", evidence=evidence)
+    if result.done and not result.reward and not evidence[0]["changes_from_the_final_observation"]:
+        return passed(
+            "a step after done repeated the final observation (done=True, no reward)",
+            evidence=evidence,
+        )
     return failed(
-        f"a step after done was accepted (done={result.done}, reward={result.reward})",
+        f"a step after done was accepted (done={result.done}, reward={result.reward})"
+        + (
+            " and answered a new observation instead of an error"
+            if evidence[0]["changes_from_the_final_observation"]
+            else ""
+        ),
         "Refuse step() once the episode is over (raise: it becomes an EXECUTION_ERROR frame); "
         "agents must call reset().",
         evidence=evidence,

@@ -92,6 +92,7 @@ class HttpEnvSession:
         self._http = http
         self._closed = False
         self.last_latency_s = 0.0
+        self._session: dict[str, Any] = {}
 
     async def __aenter__(self) -> HttpEnvSession:
         return self
@@ -167,11 +168,22 @@ class HttpEnvSession:
             kwargs = {k: v for k, v in kwargs.items() if k in keys}
         path = self.dialect.reset_path
         body = await self._call("POST", path, kwargs, "reset", fresh_retry=True)
-        return parse_http_reply(body, f"reset reply from {self.base_url}")
+        result = parse_http_reply(body, f"reset reply from {self.base_url}")
+        self._session = {}
+        for key in self.dialect.session_keys:
+            for source in (body, result.observation):
+                if isinstance(source, dict) and source.get(key) is not None:
+                    self._session[key] = source[key]
+                    break
+        return result
 
     async def step(self, action: dict[str, Any]) -> StepResult:
-        """``POST /step`` with ``{"action": action}`` (or the bare action, by dialect)."""
-        payload = {"action": action} if self.dialect.wrap_action else action
+        """``POST /step`` with ``{"action": action}`` (or the bare action, by dialect).
+
+        The session keys the reset handed out go with it, beside the action.
+        """
+        payload = {"action": action} if self.dialect.wrap_action else dict(action)
+        payload.update(self._session)
         body = await self._call("POST", self.dialect.step_path, payload, "step")
         return parse_http_reply(body, f"step reply from {self.base_url}", step=True)
 
@@ -213,6 +225,8 @@ def parse_http_reply(body: Any, where: str, *, step: bool = False) -> StepResult
         number = next((reward[k] for k in ("value", "total", "score") if k in reward), reward)
         body = {**body, "reward": number}
     if isinstance(body.get("observation"), dict):
+        if "done" not in body and {"terminated", "truncated"} & set(body):
+            body = {**body, "done": bool(body.get("terminated") or body.get("truncated"))}
         return parse_step_payload(body, where)
     if step and not {"reward", "done", "terminated", "truncated"} & set(body):
         raise EnvProtocolError(
@@ -282,6 +296,18 @@ def request_schema(spec: dict[str, Any], path: str, method: str = "post") -> dic
     return _resolve(spec, (media or {}).get("schema"))
 
 
+def response_schema(spec: dict[str, Any], path: str, method: str = "post") -> dict[str, Any]:
+    """The resolved JSON schema of the 200 reply of ``method path`` (empty when none)."""
+    item = (spec.get("paths") or {}).get(path) or {}
+    operation = item.get(method) if isinstance(item, dict) else None
+    if not isinstance(operation, dict):
+        return {}
+    reply = (operation.get("responses") or {}).get("200") or {}
+    content = reply.get("content") if isinstance(reply, dict) else None
+    media = content.get("application/json") if isinstance(content, dict) else None
+    return _resolve(spec, (media or {}).get("schema"))
+
+
 def _body_keys(schema: dict[str, Any]) -> tuple[str, ...] | None:
     """The keys a request body takes, when its schema closes the set (None: any)."""
     properties = schema.get("properties")
@@ -336,6 +362,21 @@ def learn_http_dialect(spec: Any) -> tuple[HttpDialect, dict[str, Any] | None] |
         wrap = True  # an untyped body: OpenEnv's shape is the likeliest
         action = _named_action(spec)
     reset_keys = _body_keys(request_schema(spec, reset))
+    handed_out = set(_resolve(spec, response_schema(spec, reset)).get("properties") or {})
+    session_keys = tuple(
+        key
+        for key in body.get("required") or []
+        if key in handed_out and key != "action" and key in properties
+    )
+    if session_keys and action is not None and not wrap:
+        # the action is what remains of the bare body once the session keys are set
+        action = {
+            **action,
+            "properties": {
+                k: v for k, v in (action.get("properties") or {}).items() if k not in session_keys
+            },
+            "required": [k for k in action.get("required") or [] if k not in session_keys],
+        }
     dialect = HttpDialect(
         reset_path=reset,
         step_path=step,
@@ -343,6 +384,7 @@ def learn_http_dialect(spec: Any) -> tuple[HttpDialect, dict[str, Any] | None] |
         health_path=health,
         wrap_action=wrap,
         reset_keys=reset_keys,
+        session_keys=session_keys,
     )
     return dialect, action
 
