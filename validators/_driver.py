@@ -32,6 +32,7 @@ from taskhub.env import (
     StepResult,
     launch_server,
     open_session,
+    retry_after,
     split_base_url,
     wait_healthy,
 )
@@ -45,6 +46,8 @@ logger = logging.getLogger(__name__)
 Transport = Literal["ws", "http"]
 #: Most exchanges kept for the run-wide checks (each is small; the newest are dropped).
 MAX_EXCHANGES = 20_000
+#: Times a probe answered 429 (rate limited) is sent again.
+THROTTLE_RETRIES = 3
 #: Seconds a new session waits out CAPACITY_REACHED while earlier sessions close.
 CAPACITY_WAIT_S = 5.0
 
@@ -523,7 +526,9 @@ async def http_call(
     kwargs["timeout"] = httpx.Timeout(driver.op_timeout_s, connect=5.0)
     try:
         async with asyncio.timeout(driver.op_timeout_s):
-            for attempt in range(2):
+            stale_retried = False
+            for attempt in range(THROTTLE_RETRIES + 1):
+                reply.status, reply.body = None, b""
                 try:
                     async with driver.http.stream(method, url, **kwargs) as response:
                         reply.status = response.status_code
@@ -532,12 +537,16 @@ async def http_call(
                             if len(reply.body) > limit:
                                 reply.error = f"body larger than {limit} bytes"
                                 break
-                    break
                 except (httpx.ReadError, httpx.RemoteProtocolError):
                     # uvicorn closes a keep-alive connection after an unhandled exception's
                     # 500: a request on that pooled connection fails before any answer
-                    if attempt or reply.status is not None:
+                    if stale_retried or reply.status is not None:
                         raise
+                    stale_retried = True
+                    continue
+                if reply.status != 429 or attempt == THROTTLE_RETRIES:
+                    break
+                await asyncio.sleep(retry_after(response, attempt))  # rate limited: wait
     except TimeoutError:
         reply.error = f"no answer within {driver.op_timeout_s:g}s"
     except httpx.HTTPError as exc:

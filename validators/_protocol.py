@@ -18,7 +18,14 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from taskhub import EnvCapacityError, EnvConnectError, EnvError, EnvTimeout
-from taskhub.env import OPENENV_HTTP, EnvClient, HttpDialect, learn_http_dialect, split_base_url
+from taskhub.env import (
+    OPENENV_HTTP,
+    EnvClient,
+    HttpDialect,
+    learn_http_dialect,
+    request_schema,
+    split_base_url,
+)
 
 from ._actions import candidate_actions, hinted_actions, inline, repaired
 from ._check import Finding, check, failed, passed, skipped
@@ -952,7 +959,7 @@ async def _alive(subject: Subject) -> tuple[bool, str]:
     trajectory = await subject.driver.play(
         subject.reset_kwargs(task) if task else {"seed": 1}, lambda i, r: None, max_steps=0
     )
-    if trajectory.error is not None:
+    if trajectory.error is not None and trajectory.error.code != "429":  # rate limited: alive
         return False, f"a new session no longer resets: {trajectory.error}"
     return True, "alive"
 
@@ -1020,6 +1027,17 @@ async def _probe_http(subject: Subject, name: str, path: str, content: bytes) ->
     return outcome
 
 
+def _reset_takes_body(wire: Wire, dialect: HttpDialect) -> bool:
+    """Whether the reset route reads a body: not when ``/openapi.json`` says it takes none."""
+    spec = wire.openapi_reply.json if wire.openapi_reply is not None else None
+    if not isinstance(spec, dict) or not isinstance(spec.get("paths"), dict):
+        return True
+    operation = (spec["paths"].get(dialect.reset_path) or {}).get("post")
+    if not isinstance(operation, dict):
+        return True
+    return bool(operation.get("requestBody")) or bool(request_schema(spec, dialect.reset_path))
+
+
 @check("protocol.malformed_input", level="protocol", needs=("episode",), disrupts=True)
 async def check_malformed_input(subject: Subject) -> Finding:
     """Malformed frames (bad JSON, unknown type, invalid action...) get errors; the server lives."""
@@ -1054,7 +1072,8 @@ async def check_malformed_input(subject: Subject) -> Finding:
             ("bad_json", dialect.step_path, b"{not json"),
             ("invalid_action", dialect.step_path, json.dumps(body).encode()),
         ]
-        if dialect.reset_keys != ():  # a reset route that takes no body may ignore it
+        if dialect.reset_keys != () and _reset_takes_body(await subject.get(WIRE), dialect):
+            # a reset route that takes no body may ignore whatever is sent
             http_probes.append(("non_object", dialect.reset_path, b"[1, 2, 3]"))
         if (schema or {}).get("required"):
             empty: JsonObject = {"action": {}} if dialect.wrap_action else {}

@@ -42,18 +42,20 @@ __all__ = [
     "learn_http_dialect",
     "parse_http_reply",
     "request_schema",
+    "response_schema",
+    "retry_after",
 ]
 
 #: Times a request answered 429 (rate limited) is sent again.
 THROTTLE_RETRIES = 3
 
 
-def _retry_after(response: httpx.Response) -> float:
-    """Seconds a 429 asks to wait (``Retry-After``), between 0.2 and 5."""
+def retry_after(response: httpx.Response, attempt: int = 0) -> float:
+    """Seconds to wait after a 429: its ``Retry-After`` (0.2 to 5), else 1, 2, 4... by attempt."""
     try:
-        return min(max(float(response.headers.get("retry-after", "1")), 0.2), 5.0)
-    except ValueError:
-        return 1.0
+        return min(max(float(response.headers["retry-after"]), 0.2), 5.0)
+    except (KeyError, ValueError):
+        return min(2.0**attempt, 5.0)
 
 
 #: OpenEnv's own HTTP routes and bodies.
@@ -123,11 +125,11 @@ class HttpEnvSession:
                     if not fresh_retry:
                         raise
                     response = await self._http.request(method, url, json=body, timeout=limit)
-                for _ in range(THROTTLE_RETRIES):
+                for attempt in range(THROTTLE_RETRIES):
                     if response.status_code != 429:
                         break
                     # a rate-limited server: wait as it asks (within the deadline), then again
-                    await asyncio.sleep(_retry_after(response))
+                    await asyncio.sleep(retry_after(response, attempt))
                     response = await self._http.request(method, url, json=body, timeout=limit)
         except TimeoutError:
             raise EnvTimeout(
