@@ -40,7 +40,9 @@ TREES = Path(os.environ.get("TREES", "/tmp/real-envs/trees"))
 #: The checks whose failure describes each defect class.
 CLASS_CHECKS: dict[str, frozenset[str]] = {
     "C1": frozenset({"runtime.startup", "protocol.episode"}),
-    "C2": frozenset({"runtime.http_episode", "runtime.episode_isolation"}),
+    "C2": frozenset(
+        {"runtime.http_episode", "runtime.episode_isolation", "protocol.http_stateless"}
+    ),
     "C3": frozenset({"runtime.seed_control", "runtime.seed_effect", "runtime.episode_determinism"}),
     "C4": frozenset(
         {"taskset.unknown_values_refused", "taskset.reset_params", "taskset.manifest_tasks"}
@@ -71,6 +73,7 @@ CLASS_CHECKS: dict[str, frozenset[str]] = {
             "protocol.metadata",
             "protocol.schema",
             "protocol.concurrency",
+            "protocol.http_stateless",
             "runtime.state_contract",
         }
     ),
@@ -100,18 +103,24 @@ def find_report(folder: Path, name: str) -> dict[str, Any] | None:
 
 #: A check that describes two classes does so for one reason or the other, told by its summary:
 #: ``runtime.state_contract`` names a missing state route (C10) or a state that does not
-#: describe the episode (C8).
+#: describe the episode (C8); ``protocol.http_stateless`` names HTTP episodes that do not
+#: carry (C2), and a ``GET /state`` that fails (C10) when that is how it showed.
 REASONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("runtime.state_contract", "C10"): ("no state route", "HTTP 404", "HTTP 500", "failed:"),
     ("runtime.state_contract", "C8"): ("violation",),
+    ("protocol.http_stateless", "C10"): ("GET /state failed",),
 }
 
 
 def failing(report: dict[str, Any], klass: str | None = None) -> set[str]:
-    """Ids of the checks that failed or errored (for ``klass``'s reason, when given)."""
+    """Ids of the checks that failed (for ``klass``'s reason, when given).
+
+    A check in ``error`` could not run (the budget ran out, the check crashed): it found
+    nothing about the env, so it neither catches a defect nor flags a fine class.
+    """
     out = set()
     for c in report.get("checks", []):
-        if c["status"] not in ("fail", "error"):
+        if c["status"] != "fail":
             continue
         words = REASONS.get((c["id"], klass or ""))
         if words is not None and not any(w in c.get("summary", "") for w in words):

@@ -612,6 +612,9 @@ class HttpDialect(BaseModel):
     reset_keys: tuple[str, ...] | None = None
     """The reset kwargs the route accepts (others are dropped, as OpenEnv's server drops
     what ``reset()`` does not take); None when it accepts any."""
+    session_keys: tuple[str, ...] = ()
+    """Fields the step body requires that the reset reply hands out (a ``game_id``, a
+    ``session_id``): each step sends back the value its episode's reset returned."""
 
 
 class EnvInfo(BaseModel):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ._json import JsonObject
@@ -129,6 +130,84 @@ def candidate_actions(schema: dict[str, Any] | None) -> list[JsonObject]:
         if action not in unique:
             unique.append(action)
     return unique[:MAX_CANDIDATES]
+
+
+#: Observation keys that list the moves the env accepts now (``legal_moves``, ``actions``...).
+_CHOICE_KEY = re.compile(
+    r"^(?:(?:legal|valid|available|allowed|possible)_?)?(moves|actions|commands|choices|options)$",
+    re.IGNORECASE,
+)
+#: Choices that read as doing nothing, preferred for the do-nothing action.
+_IDLE = re.compile(r"no.?op|nothing|wait|stay|pass|skip|idle|hold", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ChoiceHint:
+    """An action field whose value the observation lists the choices of (``legal_moves``)."""
+
+    field: str
+    """The action field that takes one of the listed values."""
+    key: str
+    """The observation key that lists them."""
+
+    def pick(self, observation: dict[str, Any]) -> str | None:
+        """The listed choice to play now (one that reads as idle first), if any is listed."""
+        return pick_choice(observation.get(self.key))
+
+
+def pick_choice(values: Any) -> str | None:
+    """The choice of a listed set to play: one that reads as idle, else the first plain one."""
+    if not isinstance(values, list):
+        return None
+    plain = [v for v in values if isinstance(v, str) and v and "<" not in v]
+    idle = [v for v in plain if _IDLE.search(v)]
+    chosen = idle or plain
+    return chosen[0] if chosen else None
+
+
+def choice_lists(observation: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(observation key, singular noun)`` of each list of choices the observation holds."""
+    found = []
+    for key, value in observation.items():
+        match = _CHOICE_KEY.match(str(key))
+        if match and pick_choice(value) is not None:
+            found.append((str(key), match.group(1).lower().removesuffix("s")))
+    return found
+
+
+def hinted_actions(
+    schema: dict[str, Any] | None, observation: dict[str, Any]
+) -> list[tuple[JsonObject, ChoiceHint]]:
+    """Actions that play a choice the observation lists, each with the hint it follows.
+
+    With a schema, the choice goes into its free string field (the one named like the list's
+    noun, else the only required one); without one, into a field named after the noun
+    (``available_commands`` -> ``command``) and into ``action``.
+    """
+    out: list[tuple[JsonObject, ChoiceHint]] = []
+    for key, noun in choice_lists(observation):
+        value = pick_choice(observation[key])
+        if value is None:
+            continue
+        fields: list[str] = []
+        base: JsonObject = {}
+        if schema and schema.get("properties"):
+            base = _fill(schema)
+            strings = [
+                name
+                for name, spec in (schema.get("properties") or {}).items()
+                if isinstance(spec, dict)
+                and _typed(spec).get("type") == "string"
+                and "enum" not in _typed(spec)
+            ]
+            required = [n for n in strings if n in (schema.get("required") or [])]
+            named = [n for n in strings if n in (noun, "action", "move", "command")]
+            fields = named[:1] or (required if len(required) == 1 else [])
+        else:
+            fields = list(dict.fromkeys([noun, "action"]))
+        for name in fields:
+            out.append(({**base, name: value}, ChoiceHint(name, key)))
+    return out
 
 
 _ENUM_TEXT = re.compile(r"(\w+)[ \t]*\n\s+Input should be ((?:'[^']*'(?:, | or )?)+)")

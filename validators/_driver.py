@@ -32,10 +32,12 @@ from taskhub.env import (
     StepResult,
     launch_server,
     open_session,
+    retry_after,
     split_base_url,
     wait_healthy,
 )
 
+from ._actions import ChoiceHint
 from ._config import ValidationConfig
 from ._json import JsonObject
 
@@ -44,6 +46,8 @@ logger = logging.getLogger(__name__)
 Transport = Literal["ws", "http"]
 #: Most exchanges kept for the run-wide checks (each is small; the newest are dropped).
 MAX_EXCHANGES = 20_000
+#: Times a probe answered 429 (rate limited) is sent again.
+THROTTLE_RETRIES = 3
 #: Seconds a new session waits out CAPACITY_REACHED while earlier sessions close.
 CAPACITY_WAIT_S = 5.0
 
@@ -259,6 +263,20 @@ class EnvDriver:
     """The path that said a launched server was up (``/health``, or ``/`` without one)."""
     first_action: JsonObject | None = None
     """The first action the env accepted, when it refused the emptiest one."""
+    choice_hint: ChoiceHint | None = None
+    """The action field that plays a choice the observation lists, when that is how the env
+    accepted its first action (the do-nothing policy then follows the list)."""
+    op_timeout_s: float = 0.0
+    """Deadline of one request: the configured one, raised for an env whose resets are slow
+    (``protocol.WIRE`` measures them)."""
+
+    def __post_init__(self) -> None:
+        self.op_timeout_s = self.op_timeout_s or self.config.op_timeout_s
+
+    @property
+    def slowdown(self) -> float:
+        """How much longer than configured a request may take on this env (1 when not slow)."""
+        return max(self.op_timeout_s / self.config.op_timeout_s, 1.0)
 
     # --- what the server declares --------------------------------------------------------
 
@@ -312,7 +330,7 @@ class EnvDriver:
             self.url,
             transport or self.transport or "ws",
             http=self.http,
-            timeout=config.op_timeout_s,
+            timeout=self.op_timeout_s,
             connect_timeout=config.op_timeout_s,
             max_frame_bytes=config.max_frame_bytes,
             dialect=dialect or self.dialect,
@@ -505,17 +523,32 @@ async def http_call(
         kwargs = {"content": content, "headers": {"content-type": "application/json"}}
     elif json_body is not None:
         kwargs = {"json": json_body}
+    kwargs["timeout"] = httpx.Timeout(driver.op_timeout_s, connect=5.0)
     try:
-        async with asyncio.timeout(driver.config.op_timeout_s):
-            async with driver.http.stream(method, url, **kwargs) as response:
-                reply.status = response.status_code
-                async for chunk in response.aiter_bytes():
-                    reply.body += chunk
-                    if len(reply.body) > limit:
-                        reply.error = f"body larger than {limit} bytes"
-                        break
+        async with asyncio.timeout(driver.op_timeout_s):
+            stale_retried = False
+            for attempt in range(THROTTLE_RETRIES + 1):
+                reply.status, reply.body = None, b""
+                try:
+                    async with driver.http.stream(method, url, **kwargs) as response:
+                        reply.status = response.status_code
+                        async for chunk in response.aiter_bytes():
+                            reply.body += chunk
+                            if len(reply.body) > limit:
+                                reply.error = f"body larger than {limit} bytes"
+                                break
+                except (httpx.ReadError, httpx.RemoteProtocolError):
+                    # uvicorn closes a keep-alive connection after an unhandled exception's
+                    # 500: a request on that pooled connection fails before any answer
+                    if stale_retried or reply.status is not None:
+                        raise
+                    stale_retried = True
+                    continue
+                if reply.status != 429 or attempt == THROTTLE_RETRIES:
+                    break
+                await asyncio.sleep(retry_after(response, attempt))  # rate limited: wait
     except TimeoutError:
-        reply.error = f"no answer within {driver.config.op_timeout_s:g}s"
+        reply.error = f"no answer within {driver.op_timeout_s:g}s"
     except httpx.HTTPError as exc:
         reply.error = f"{type(exc).__name__}: {exc}"
     reply.latency_s = time.perf_counter() - started

@@ -17,14 +17,21 @@ from typing import Any, Literal
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from taskhub import EnvCapacityError, EnvConnectError, EnvError
-from taskhub.env import OPENENV_HTTP, EnvClient, HttpDialect, learn_http_dialect, split_base_url
+from taskhub import EnvCapacityError, EnvConnectError, EnvError, EnvTimeout
+from taskhub.env import (
+    OPENENV_HTTP,
+    EnvClient,
+    HttpDialect,
+    learn_http_dialect,
+    request_schema,
+    split_base_url,
+)
 
-from ._actions import candidate_actions, inline, repaired
+from ._actions import candidate_actions, hinted_actions, inline, repaired
 from ._check import Finding, check, failed, passed, skipped
-from ._driver import ActionPolicy, HttpReply, Transport, http_call
+from ._driver import ActionPolicy, HttpReply, Trajectory, Transport, field_diff, http_call
 from ._json import JsonObject
-from ._subject import Product, Subject
+from ._subject import Product, Subject, noop_policy
 
 # --- HTTP routes -------------------------------------------------------------------------------
 
@@ -246,6 +253,8 @@ class Wire:
     """The dialect of the server's HTTP episode routes, when it has them (``/ws`` or not)."""
     openapi_action: dict[str, Any] | None = None
     """The action schema of the step route in ``/openapi.json``, when it is typed."""
+    slow_reset_s: float | None = None
+    """How long a reset took, when it needed more than the request deadline."""
 
 
 def _openapi_action(reply: HttpReply) -> tuple[HttpDialect | None, dict[str, Any] | None]:
@@ -285,10 +294,13 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
     routes += [("http", d) for d in dialects]
     reset_errors: list[str] = []
     step_errors: list[str] = []
+    waited_long = False
     for transport, dialect in routes:
         driver.transport = transport
         driver.dialect = dialect or OPENENV_HTTP
         kwargs = None
+        timeouts = 0
+        first: dict[str, Any] = {}
         for candidate in resets:
             trajectory = await driver.play(candidate, lambda i, r: None, max_steps=0)
             wire.attempts.append(
@@ -296,8 +308,16 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
             )
             if trajectory.error is None:
                 kwargs = candidate
+                first = trajectory.first.observation if trajectory.first else {}
                 break
+            timeouts += isinstance(trajectory.error, EnvTimeout)
             reset_errors.append(_text(trajectory.error) or "")
+        if kwargs is None and timeouts == len(resets) and not waited_long:
+            waited_long = True  # every reset timed out: a slow env gets one long wait
+            slow = await _slow_reset(subject, wire, base)
+            if slow is not None:
+                kwargs = base
+                first = slow.first.observation if slow.first else {}
         if kwargs is None:
             continue
         if transport == "http" and dialect is not None and kwargs is not base:
@@ -307,6 +327,11 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
         candidates = candidate_actions(driver.action_schema)
         if wire.openapi_action is not None:
             candidates += [a for a in candidate_actions(wire.openapi_action) if a not in candidates]
+        # a choice the reset observation lists (legal_moves...) goes right after the emptiest
+        hints = hinted_actions(driver.action_schema, first)
+        for position, (hinted, _hint) in enumerate(hints[:3], start=1):
+            if hinted not in candidates:
+                candidates.insert(min(position, len(candidates)), hinted)
         tried = 0
         while candidates and tried < MAX_FIRST_ACTIONS:
             action = candidates.pop(0)
@@ -320,6 +345,7 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
             if trajectory.error is None and (trajectory.steps or trajectory.done):
                 wire.action = action
                 wire.cause = None
+                driver.choice_hint = next((h for a, h in hints if a == action), None)
                 if action != subject.noop_action():
                     driver.first_action = action
                 if transport == "http":
@@ -345,6 +371,37 @@ async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]
 
 #: Most first actions tried on one transport before the env is said to refuse them all.
 MAX_FIRST_ACTIONS = 8
+#: A slow env's request deadline: this many times its measured reset, plus a margin (seconds).
+SLOW_FACTOR, SLOW_MARGIN_S = 2.0, 5.0
+
+
+async def _slow_reset(subject: Subject, wire: Wire, kwargs: JsonObject) -> Trajectory | None:
+    """Reset once more under the startup deadline; if it answers, raise the request deadline.
+
+    An env whose reset does real work (a simulation's warm-up, a dataset load) may need more
+    than the request deadline, on a loaded machine most of all: it is measured, not refused.
+    """
+    driver = subject.driver
+    configured = subject.config.op_timeout_s
+    driver.op_timeout_s = max(subject.config.startup_timeout_s, configured)
+    trajectory = await driver.play(kwargs, lambda i, r: None, max_steps=0)
+    wire.attempts.append(
+        {
+            "transport": driver.transport,
+            "reset": kwargs,
+            "deadline_s": driver.op_timeout_s,
+            "error": _text(trajectory.error),
+            "duration_s": round(trajectory.duration_s, 2),
+        }
+    )
+    if trajectory.error is not None:
+        driver.op_timeout_s = configured
+        return None
+    wire.slow_reset_s = round(trajectory.duration_s, 2)
+    driver.op_timeout_s = min(
+        driver.op_timeout_s, max(configured, SLOW_FACTOR * trajectory.duration_s + SLOW_MARGIN_S)
+    )
+    return trajectory
 
 
 def _once(action: JsonObject) -> ActionPolicy:
@@ -437,6 +494,12 @@ async def discover_wire(subject: Subject) -> Wire:
 WIRE = Product("wire", discover_wire)
 
 
+def unfinished_wire(seconds: float) -> Wire:
+    """The wire of a server whose discovery did not finish within ``seconds``."""
+    why = f"the protocol discovery did not finish within {seconds:g}s"
+    return Wire(schema_reply=HttpReply("GET /schema", error=why), cause=why)
+
+
 @check("protocol.websocket", level="protocol", needs=("server",), provides=("ws",))
 async def check_websocket(subject: Subject) -> Finding:
     """The WebSocket /ws accepts a session and answers reset with an observation frame."""
@@ -520,9 +583,20 @@ async def check_episode(subject: Subject) -> Finding:
         return failed(
             "step was not answered", "Answer step frames with observations.", evidence=evidence
         )
+    slow = (
+        f" (a reset takes {wire.slow_reset_s:g}s: requests were given "
+        f"{subject.driver.op_timeout_s:g}s)"
+        if wire.slow_reset_s is not None
+        else ""
+    )
     return passed(
-        f"reset and step answer with observations over {transport}",
-        measured={"transport": transport, "first_action": action},
+        f"reset and step answer with observations over {transport}{slow}",
+        measured={
+            "transport": transport,
+            "first_action": action,
+            "slow_reset_s": wire.slow_reset_s,
+            "op_timeout_s": subject.driver.op_timeout_s,
+        },
         evidence=evidence,
     )
 
@@ -630,6 +704,204 @@ async def check_concurrency(subject: Subject) -> Finding:
     return passed(f"{achieved} concurrent sessions served", measured=measured)
 
 
+# --- HTTP episodes -----------------------------------------------------------------------------
+
+HttpOutcome = Literal["none", "unknown", "stateless", "broken", "carries", "shared", "isolated"]
+
+
+@dataclass
+class HttpEpisode:
+    """What an episode played over the server's HTTP routes showed."""
+
+    outcome: HttpOutcome
+    """``stateless``: a /ws server's HTTP routes serve a fresh env per request. ``broken``:
+    an HTTP-only server's episode does not carry across requests. ``shared``: one env serves
+    every HTTP client. ``carries`` / ``isolated``: the episode works (and each client has its
+    own). ``none``: no HTTP routes; ``unknown``: it could not be seen."""
+    summary: str
+    measured: JsonObject = field(default_factory=dict)
+    evidence: list[Any] = field(default_factory=list)
+    remediation: str = ""
+
+
+async def _http_state(session: Any) -> tuple[JsonObject | None, str | None]:
+    try:
+        return await session.state(), None
+    except EnvError as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+
+
+#: What to do about HTTP routes that serve a fresh env per request.
+STATELESS_REMEDIATION = (
+    "Play episodes over /ws (OpenEnv's clients do), and say so; to let HTTP clients play too, "
+    "keep each HTTP episode's env between requests behind a session id the reset returns."
+)
+
+
+async def probe_http_episode(subject: Subject) -> HttpEpisode:
+    """Play one episode over the server's HTTP routes, then reset a second HTTP client.
+
+    A step that fails right after a successful reset, a state that fails after a step, or a
+    step count that does not advance while it does over /ws: the routes serve a fresh env per
+    request. A second client's reset that changes the first client's state: one global env.
+    """
+    driver = subject.driver
+    wire = await subject.get(WIRE)
+    dialect = wire.http_dialect
+    if dialect is None:
+        return HttpEpisode("none", "the server has no HTTP episode routes (POST /reset and /step)")
+    over_ws = driver.transport == "ws"
+    task = subject.tasks[0]
+    action = subject.noop_action()
+    kwargs = subject.reset_kwargs(task, tag="http-a")
+    measured: JsonObject = {"transport": driver.transport, "dialect": dialect.model_dump()}
+
+    def fresh(what: str, evidence: JsonObject) -> HttpEpisode:
+        if over_ws:
+            return HttpEpisode(
+                "stateless",
+                f"{what}: the HTTP routes serve a fresh env per request (episodes play only "
+                "over /ws)"[:600],
+                {**measured, "http_stateless": True},
+                [evidence],
+                STATELESS_REMEDIATION,
+            )
+        return HttpEpisode(
+            "broken",
+            what[:500],
+            measured,
+            [evidence],
+            "Keep one env per episode across HTTP requests (or serve episodes over /ws): a "
+            "/step on a fresh, never-reset env fails or acts on a blank episode.",
+        )
+
+    async with driver.session("http", dialect) as first:
+        try:
+            await first.reset(**kwargs)
+        except EnvError as exc:
+            return HttpEpisode("unknown", f"an HTTP reset failed: {exc}"[:400], measured)
+        state_0, _ = await _http_state(first)
+        try:
+            result = await first.step(action)
+        except EnvError as exc:
+            return fresh(
+                f"HTTP POST {dialect.step_path} failed right after a successful reset: {exc}",
+                {"reset": kwargs, "action": action, "error": str(exc)[:400]},
+            )
+        state_1, state_error = await _http_state(first)
+        if state_1 is None and state_error is not None and (state_0 is not None or over_ws):
+            if state_0 is not None or "HTTP 5" in state_error:
+                return fresh(
+                    f"GET {dialect.state_path} failed after an HTTP reset and step: {state_error}",
+                    {
+                        "reset": kwargs,
+                        "action": action,
+                        "state_after_reset": state_0,
+                        "state_error": state_error,
+                    },
+                )
+        if over_ws:
+            count_0 = (state_0 or {}).get("step_count")
+            count_1 = (state_1 or {}).get("step_count")
+            measured["step_count"] = [count_0, count_1]
+            if isinstance(count_0, int) and count_0 == count_1 and not result.done:
+                played = await driver.play(
+                    subject.reset_kwargs(task, tag="http-ws"),
+                    noop_policy(subject),
+                    max_steps=1,
+                    snapshots=True,
+                )
+                counts = [s.get("step_count") for s in played.states]
+                if played.final_state is not None:
+                    counts.append(played.final_state.get("step_count"))
+                measured["ws_step_count"] = counts
+                if len(set(counts)) < 2:
+                    return HttpEpisode(
+                        "carries",
+                        "HTTP /step answers; the state counts steps no more over /ws than over "
+                        "HTTP (runtime.state_contract judges it)",
+                        measured,
+                    )
+                return fresh(
+                    f"HTTP /step did not advance the episode: step_count stayed {count_0} "
+                    f"while over /ws it went {counts}",
+                    {"reset": kwargs, "action": action, "http_states": [state_0, state_1]},
+                )
+            return HttpEpisode("carries", "HTTP /reset and /step carry an episode", measured)
+        if state_1 is None:
+            return HttpEpisode(
+                "unknown",
+                f"the server has no working state route ({state_error}): whether HTTP clients "
+                "share one env cannot be seen",
+                measured,
+            )
+        again, _ = await _http_state(first)
+        if again != state_1:
+            return HttpEpisode(
+                "unknown",
+                "two GET /state calls with nothing in between differ (the state holds a clock "
+                "or counter): whether HTTP clients share one env cannot be seen",
+                {**measured, "state_drift": field_diff(state_1, again)},
+            )
+        other = subject.reset_kwargs(
+            subject.tasks[-1], seed=int(kwargs.get("seed", 0)) + 1, tag="http-b"
+        )
+        async with driver.session("http", dialect) as second:
+            try:
+                await second.reset(**other)
+            except EnvError as exc:
+                return HttpEpisode(
+                    "unknown", f"a second client's reset failed: {exc}"[:300], measured
+                )
+        state_2, _ = await _http_state(first)
+    changes = field_diff(state_1, state_2)
+    measured["changed_fields"] = len(changes)
+    evidence: JsonObject = {
+        "client_a_reset": kwargs,
+        "client_b_reset": other,
+        "client_a_state_before": state_1,
+        "client_a_state_after": state_2,
+        "diff": changes,
+    }
+    if changes:
+        return HttpEpisode(
+            "shared",
+            "a second HTTP client's reset changed the first client's episode "
+            f"(one global env serves every client): {'; '.join(changes[:3])}",
+            measured,
+            [evidence],
+            "Keep one env per client (a session id in the request, or /ws sessions): with one "
+            "module-level env, concurrent episodes trample each other.",
+        )
+    return HttpEpisode(
+        "isolated", "a second HTTP client's reset left the first client's episode alone", measured
+    )
+
+
+#: One episode over the HTTP routes (read by runtime.http_episode and protocol.http_stateless).
+HTTP_EPISODE = Product("http_episode", probe_http_episode)
+
+
+@check("protocol.http_stateless", level="protocol", needs=("episode",))
+async def check_http_stateless(subject: Subject) -> Finding:
+    """A /ws server's HTTP routes carry an episode, rather than a fresh env per request.
+
+    OpenEnv's ``create_app`` serves ``POST /reset`` and ``/step`` with a fresh env per request
+    while ``/ws`` carries the episodes: an HTTP client's step then fails (a 500) or acts on a
+    blank env that never advances. The env is usable over /ws; HTTP clients cannot play it.
+    """
+    if subject.driver.transport != "ws":
+        return skipped("episodes are played over HTTP: runtime.http_episode judges them")
+    probe = await subject.get(HTTP_EPISODE)
+    if probe.outcome == "stateless":
+        return failed(
+            probe.summary, probe.remediation, measured=probe.measured, evidence=probe.evidence
+        )
+    if probe.outcome in ("carries", "isolated"):
+        return passed(probe.summary, measured=probe.measured)
+    return skipped(probe.summary, measured=probe.measured)
+
+
 # --- malformed input ---------------------------------------------------------------------------
 
 
@@ -687,7 +959,7 @@ async def _alive(subject: Subject) -> tuple[bool, str]:
     trajectory = await subject.driver.play(
         subject.reset_kwargs(task) if task else {"seed": 1}, lambda i, r: None, max_steps=0
     )
-    if trajectory.error is not None:
+    if trajectory.error is not None and trajectory.error.code != "429":  # rate limited: alive
         return False, f"a new session no longer resets: {trajectory.error}"
     return True, "alive"
 
@@ -755,6 +1027,17 @@ async def _probe_http(subject: Subject, name: str, path: str, content: bytes) ->
     return outcome
 
 
+def _reset_takes_body(wire: Wire, dialect: HttpDialect) -> bool:
+    """Whether the reset route reads a body: not when ``/openapi.json`` says it takes none."""
+    spec = wire.openapi_reply.json if wire.openapi_reply is not None else None
+    if not isinstance(spec, dict) or not isinstance(spec.get("paths"), dict):
+        return True
+    operation = (spec["paths"].get(dialect.reset_path) or {}).get("post")
+    if not isinstance(operation, dict):
+        return True
+    return bool(operation.get("requestBody")) or bool(request_schema(spec, dialect.reset_path))
+
+
 @check("protocol.malformed_input", level="protocol", needs=("episode",), disrupts=True)
 async def check_malformed_input(subject: Subject) -> Finding:
     """Malformed frames (bad JSON, unknown type, invalid action...) get errors; the server lives."""
@@ -789,7 +1072,8 @@ async def check_malformed_input(subject: Subject) -> Finding:
             ("bad_json", dialect.step_path, b"{not json"),
             ("invalid_action", dialect.step_path, json.dumps(body).encode()),
         ]
-        if dialect.reset_keys != ():  # a reset route that takes no body may ignore it
+        if dialect.reset_keys != () and _reset_takes_body(await subject.get(WIRE), dialect):
+            # a reset route that takes no body may ignore whatever is sent
             http_probes.append(("non_object", dialect.reset_path, b"[1, 2, 3]"))
         if (schema or {}).get("required"):
             empty: JsonObject = {"action": {}} if dialect.wrap_action else {}

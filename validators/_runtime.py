@@ -41,7 +41,7 @@ from ._driver import (
 )
 from ._episodes import COMPARE_STEPS, ORACLE_RUNS, REFERENCE_RUNS
 from ._json import JsonObject
-from ._protocol import WIRE
+from ._protocol import HTTP_EPISODE, WIRE
 from ._semantic import SEMANTIC_AFTER, answered, leaking_paths
 from ._subject import Product, Subject, noop_policy
 
@@ -453,6 +453,7 @@ async def check_step_after_done(subject: Subject) -> Finding:
                 last = await session.step(policy(index, last))
             if not last.done:
                 return skipped("the episode did not end (runtime.termination reports it)")
+            final = last
             # the reference answer, when there is one: a step after done must not pay
             solution = subject.oracle_actions(task)
             action = solution[0] if solution else policy(0, last)
@@ -468,12 +469,21 @@ async def check_step_after_done(subject: Subject) -> Finding:
             "observation": result.observation,
             "reward": result.reward,
             "done": result.done,
+            "changes_from_the_final_observation": field_diff(final.observation, result.observation),
         }
     ]
-    if result.done and not result.reward:
-        return passed("a step after done answered done=True with no reward", evidence=evidence)
+    if result.done and not result.reward and not evidence[0]["changes_from_the_final_observation"]:
+        return passed(
+            "a step after done repeated the final observation (done=True, no reward)",
+            evidence=evidence,
+        )
     return failed(
-        f"a step after done was accepted (done={result.done}, reward={result.reward})",
+        f"a step after done was accepted (done={result.done}, reward={result.reward})"
+        + (
+            " and answered a new observation instead of an error"
+            if evidence[0]["changes_from_the_final_observation"]
+            else ""
+        ),
         "Refuse step() once the episode is over (raise: it becomes an EXECUTION_ERROR frame); "
         "agents must call reset().",
         evidence=evidence,
@@ -769,151 +779,33 @@ async def check_oracle_containment(subject: Subject) -> Finding:
 # --- runtime.http_episode ----------------------------------------------------------------------
 
 
-async def _http_state(session: Any) -> tuple[JsonObject | None, str | None]:
-    try:
-        return await session.state(), None
-    except EnvError as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:300]
-
-
-def _stateless(what: str, measured: JsonObject) -> Finding:
-    """A /ws server whose HTTP routes serve a fresh env per request: reported, not failed.
-
-    OpenEnv's own ``create_app`` serves HTTP that way (its episodes run over ``/ws``), so the
-    finding says so and leaves the weight to whoever reads ``measured.http_stateless``.
-    """
-    return skipped(
-        f"{what}: the HTTP routes serve a fresh env per request (as OpenEnv's create_app "
-        "does); episodes were played over /ws"[:600],
-        measured={**measured, "http_stateless": True},
-        remediation="To let HTTP clients play, keep the env of an HTTP episode between "
-        "requests; else document /ws as the only transport.",
-    )
-
-
 @check("runtime.http_episode", level="runtime", needs=("episode",))
 async def check_http_episode(subject: Subject) -> Finding:
     """An episode over HTTP keeps its state between requests, and each client its own.
 
-    A server that plays over ``/ws`` and also serves ``POST /reset`` and ``/step`` must carry
-    the episode across those requests (not build a fresh env for each: a ``/step`` that
-    answers 500 or never advances). A server that plays only over HTTP must not let a second
-    client's reset change the first client's episode (one global env for every client).
+    A server that plays only over HTTP must carry the episode across ``POST /reset`` and
+    ``/step`` (not build a fresh env for each: a ``/step`` that answers 500 or never
+    advances), and must not let a second client's reset change the first client's episode
+    (one global env for every client). A ``/ws`` server's stateless HTTP routes are
+    ``protocol.http_stateless``'s finding.
     """
-    driver = subject.driver
-    wire = await subject.get(WIRE)
-    dialect = wire.http_dialect
-    if dialect is None:
-        return skipped("the server has no HTTP episode routes (POST /reset and /step)")
-    task = subject.tasks[0]
-    action = subject.noop_action()
-    kwargs = subject.reset_kwargs(task, tag="http-a")
-    evidence: list[Any] = []
-    measured: JsonObject = {"transport": driver.transport, "dialect": dialect.model_dump()}
-    async with driver.session("http", dialect) as first:
-        try:
-            await first.reset(**kwargs)
-        except EnvError as exc:
-            return skipped(f"an HTTP reset failed: {exc}"[:400])
-        state_0, _ = await _http_state(first)
-        try:
-            result = await first.step(action)
-        except EnvError as exc:
-            if driver.transport == "ws":
-                return _stateless(
-                    f"HTTP POST {dialect.step_path} failed right after a successful reset: {exc}",
-                    measured,
-                )
-            return failed(
-                f"HTTP POST {dialect.step_path} failed right after a successful reset: {exc}"[:500],
-                "Keep one env per episode across HTTP requests (or serve episodes over /ws "
-                "only): a /step on a fresh, never-reset env fails or acts on a blank episode.",
-                measured=measured,
-                evidence=[{"reset": kwargs, "action": action, "error": str(exc)[:400]}],
-            )
-        state_1, state_error = await _http_state(first)
-        if state_0 is not None and state_error is not None:
-            return failed(
-                f"GET {dialect.state_path} answered after the reset but failed after a step: "
-                f"{state_error}",
-                "Keep one env per episode across HTTP requests.",
-                measured=measured,
-            )
-        if driver.transport == "ws":
-            if state_1 is None and state_error is not None and "HTTP 5" in state_error:
-                return _stateless(
-                    f"GET {dialect.state_path} failed after an HTTP reset and step: {state_error}",
-                    measured,
-                )
-            count_0 = (state_0 or {}).get("step_count")
-            count_1 = (state_1 or {}).get("step_count")
-            measured["step_count"] = [count_0, count_1]
-            if isinstance(count_0, int) and count_0 == count_1 and not result.done:
-                over_ws = await driver.play(
-                    subject.reset_kwargs(task, tag="http-ws"),
-                    noop_policy(subject),
-                    max_steps=1,
-                    snapshots=True,
-                )
-                counts = [s.get("step_count") for s in over_ws.states]
-                if over_ws.final_state is not None:
-                    counts.append(over_ws.final_state.get("step_count"))
-                measured["ws_step_count"] = counts
-                if len(set(counts)) < 2:
-                    return passed(
-                        "HTTP /step answers; the state counts steps no more over /ws than over "
-                        "HTTP (runtime.state_contract judges it)",
-                        measured=measured,
-                    )
-                return _stateless(
-                    f"HTTP /step did not advance the episode: step_count stayed {count_0}",
-                    measured,
-                )
-            return passed("HTTP /reset and /step carry an episode", measured=measured)
-        if state_1 is None:
-            return skipped(
-                f"the server has no working state route ({state_error}): whether HTTP clients "
-                "share one env cannot be seen"
-            )
-        again, _ = await _http_state(first)
-        if again != state_1:
-            return skipped(
-                "two GET /state calls with nothing in between differ (the state holds a clock "
-                "or counter): whether HTTP clients share one env cannot be seen",
-                measured={**measured, "state_drift": field_diff(state_1, again)},
-            )
-        other = subject.reset_kwargs(
-            subject.tasks[-1], seed=int(kwargs.get("seed", 0)) + 1, tag="http-b"
+    probe = await subject.get(HTTP_EPISODE)
+    if probe.outcome in ("broken", "shared"):
+        return failed(
+            probe.summary,
+            probe.remediation,
+            measured=probe.measured,
+            evidence=probe.evidence,
         )
-        async with driver.session("http", dialect) as second:
-            try:
-                await second.reset(**other)
-            except EnvError as exc:
-                return skipped(f"a second client's reset failed: {exc}"[:300])
-        state_2, _ = await _http_state(first)
-        changes = field_diff(state_1, state_2)
-        measured["changed_fields"] = len(changes)
-        evidence.append(
-            {
-                "client_a_reset": kwargs,
-                "client_b_reset": other,
-                "client_a_state_before": state_1,
-                "client_a_state_after": state_2,
-                "diff": changes,
-            }
+    if probe.outcome in ("carries", "isolated"):
+        return passed(probe.summary, measured=probe.measured)
+    if probe.outcome == "stateless":
+        return skipped(
+            "the HTTP routes serve a fresh env per request and episodes play over /ws "
+            "(protocol.http_stateless reports it)",
+            measured=probe.measured,
         )
-        if changes:
-            return failed(
-                "a second HTTP client's reset changed the first client's episode "
-                f"(one global env serves every client): {'; '.join(changes[:3])}",
-                "Keep one env per client (a session id in the request, or /ws sessions): "
-                "with one module-level env, concurrent episodes trample each other.",
-                measured=measured,
-                evidence=evidence,
-            )
-    return passed(
-        "a second HTTP client's reset left the first client's episode alone", measured=measured
-    )
+    return skipped(probe.summary, measured=probe.measured)
 
 
 # --- runtime.tool_declaration_accuracy, runtime.task_declaration_accuracy ---------------------

@@ -110,23 +110,31 @@ async def check_floor_gap(subject: Subject) -> Finding:
         "action": subject.noop_action(),
     }
     if floor is None:
-        return failed(
-            "no do-nothing episode ran",
-            "Accept the emptiest valid action.",
+        errors = [f"{type(r.error).__name__}: {r.error}"[:300] for r in runs if r.error]
+        return skipped(
+            f"no do-nothing episode ran: {errors[0] if errors else 'none was played'}",
             measured=measured,
-            evidence=[r.describe(2) for r in runs[:2]],
         )
+    per_step = ""
+    if floor > high:
+        # the episodes sum to more than the range allows: the range bounds a step's reward
+        steps = [r.reward or 0.0 for t in runs if t.error is None for _, r in t.steps]
+        if steps:
+            floor = sum(steps) / len(steps)
+            measured["floor_per_step"] = floor
+            per_step = " per step"
     if high - floor < margin:
         return failed(
-            f"doing nothing scores {floor:g}: only {high - floor:g} below the maximum {high:g} "
-            f"(margin {margin:g})",
+            f"doing nothing scores {floor:g}{per_step}: only {high - floor:g} below the maximum "
+            f"{high:g} (margin {margin:g})",
             "The verifier rewards no work: check for vacuous success conditions (an empty "
             "answer compared with an empty expectation, a default of success).",
             measured=measured,
             evidence=[r.describe(2) for r in runs[:2]],
         )
     return passed(
-        f"doing nothing scores {floor:g}, {high - floor:g} below the maximum", measured=measured
+        f"doing nothing scores {floor:g}{per_step}, {high - floor:g} below the maximum",
+        measured=measured,
     )
 
 

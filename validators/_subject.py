@@ -228,6 +228,18 @@ def empty_value(spec: dict[str, Any]) -> Any:
 
 
 def noop_policy(subject: Subject) -> Callable[[int, StepResult], JsonObject]:
-    """Play the emptiest valid action at every step."""
+    """Play the emptiest valid action at every step.
+
+    When the env takes one of the choices its observation lists (``legal_moves``), each step
+    plays the choice listed in the latest observation.
+    """
     action = subject.noop_action()
-    return lambda _i, _r: action
+    hint = subject.driver.choice_hint
+    if hint is None:
+        return lambda _i, _r: action
+
+    def follow(_index: int, last: StepResult) -> JsonObject:
+        choice = hint.pick(last.observation)
+        return {**action, hint.field: choice} if choice is not None else action
+
+    return follow

@@ -11,8 +11,9 @@ from typing import Any
 from taskhub import EnvExecutionError, canonical_json
 
 from ._check import Finding, check, failed, passed, skipped
-from ._driver import masked, observation_key, stable_state
+from ._driver import Trajectory, http_call, observation_key, stable_state
 from ._json import JsonObject
+from ._manifest import declared_tasks
 from ._static import reset_parameters
 from ._subject import Subject, noop_policy
 
@@ -259,51 +260,103 @@ def task_key(subject: Subject) -> str:
     return "task_id"
 
 
+def without_echo(value: Any, echoed: set[str]) -> Any:
+    """``value`` without the fields that only repeat what the reset asked for (ids, a task)."""
+    if isinstance(value, dict):
+        return {
+            k: without_echo(v, echoed)
+            for k, v in value.items()
+            if not (isinstance(v, str) and v in echoed)
+        }
+    if isinstance(value, list):
+        return [without_echo(v, echoed) for v in value]
+    return value
+
+
+def _task_ids(body: Any) -> list[str]:
+    """Task ids of a ``GET /tasks`` reply: a list (or ``{"tasks": [...]}``) of ids or objects."""
+    if isinstance(body, dict):
+        body = body.get("tasks", body.get("task_ids"))
+    if isinstance(body, dict):
+        body = list(body)
+    if not isinstance(body, list):
+        return []
+    return declared_tasks({"tasks": body})
+
+
+async def declared_task_ids(subject: Subject) -> tuple[list[str], str]:
+    """The tasks the env declares: its manifest's ``tasks:``, else its ``GET /tasks`` route."""
+    manifest = subject.env.manifest
+    if manifest is not None and manifest.tasks:
+        return manifest.tasks, "openenv.yaml"
+    reply = await http_call(subject.driver, "/tasks")
+    ids = _task_ids(reply.json) if reply.status == 200 else []
+    return ids, "GET /tasks"
+
+
 @check("taskset.manifest_tasks", level="taskset", needs=("episode",))
 async def check_manifest_tasks(subject: Subject) -> Finding:
-    """An unknown task id is refused, not served as the default task the manifest's ids avoid.
+    """Every declared task can be selected, and an unknown task id is not served as a default.
 
-    Without a taskset, the manifest's ``tasks:`` are the tasks. Where resetting with the
-    declared ids starts different episodes (the key selects tasks), an id no task has must be
-    refused rather than start the same episode as a reset without one.
+    Without a taskset, the tasks the env declares (its manifest's ``tasks:``, else ``GET
+    /tasks``) are the tasks. Where resetting with the declared ids starts different episodes
+    (the key selects tasks), an id no task has must be refused rather than start the same
+    episode as a reset without one. Where every declared id and an unknown one start the same
+    episode, the key is swallowed: only one of the declared tasks can ever run. Fields that
+    merely repeat the requested id are left out of the comparison.
     """
-    manifest = subject.env.manifest
-    declared = manifest.tasks if manifest is not None else []
+    declared, source = await declared_task_ids(subject)
     if not declared:
-        return skipped("the manifest lists no tasks")
+        return skipped("the env declares no tasks (no tasks: in openenv.yaml, no GET /tasks)")
     key = task_key(subject)
+    keys = subject.driver.dialect.reset_keys if subject.driver.transport == "http" else None
+    if keys is not None and key not in keys:
+        return skipped(
+            f"the reset route takes no {key!r} (it takes {', '.join(keys) or 'nothing'}): the "
+            "declared tasks are selected some other way"
+        )
     seed = 4242
     starts: dict[str, str] = {}
     errors: dict[str, str] = {}
+
+    async def start(value: str | None) -> tuple[str | None, Trajectory]:
+        episode_id = "taskhub-task-x"
+        kwargs: JsonObject = {"seed": seed, "episode_id": episode_id}
+        if value is not None:
+            kwargs[key] = value
+        played = await subject.driver.play(kwargs, lambda i, r: None, max_steps=0)
+        if played.first is None:
+            return None, played
+        echoed = {episode_id} | ({value} if value is not None else set())
+        return observation_key(without_echo(played.first.observation, echoed)), played
+
     for task_id in declared[:MANIFEST_TASK_PROBES]:
-        kwargs = {"seed": seed, key: task_id, "episode_id": subject.driver.episode_id("task")}
-        trajectory = await subject.driver.play(kwargs, lambda i, r: None, max_steps=0)
-        if trajectory.first is None:
+        found, trajectory = await start(task_id)
+        if found is None:
             errors[task_id] = f"{type(trajectory.error).__name__}: {trajectory.error}"[:300]
             continue
-        starts[task_id] = observation_key(
-            masked(trajectory.first.observation, {str(kwargs["episode_id"])})
-        )
-    unknown_kwargs = {"seed": seed, key: "taskhub-no-such-task", "episode_id": "taskhub-task-x"}
-    unknown = await subject.driver.play(unknown_kwargs, lambda i, r: None, max_steps=0)
-    default_kwargs = {"seed": seed, "episode_id": "taskhub-task-x"}
-    default = await subject.driver.play(default_kwargs, lambda i, r: None, max_steps=0)
-    ids = {"taskhub-task-x"}
-    served_default = (
-        unknown.first is not None
-        and default.first is not None
-        and observation_key(masked(unknown.first.observation, ids))
-        == observation_key(masked(default.first.observation, ids))
-    )
+        starts[task_id] = found
+    unknown_start, unknown = await start("taskhub-no-such-task")
+    default_start, _default = await start(None)
+    served_default = unknown_start is not None and unknown_start == default_start
     selects = len(set(starts.values())) >= 2
+    swallowed = (
+        not selects
+        and len(starts) >= 2
+        and unknown_start is not None
+        and unknown_start in set(starts.values())
+    )
     measured: JsonObject = {
         "declared": declared[:20],
+        "source": source,
         "key": key,
         "probed": list(starts),
         "distinct_starts": len(set(starts.values())),
         "refused": sorted(errors),
         "unknown_served_as_default": served_default,
     }
+    unknown_kwargs = {"seed": seed, key: "taskhub-no-such-task", "episode_id": "taskhub-task-x"}
+    evidence: list[Any] = [{"unknown_reset": unknown_kwargs, **unknown.describe(1)}, errors]
     problems = []
     # only where the key demonstrably selects tasks: then a bad id silently runs the default
     if selects and served_default:
@@ -312,13 +365,19 @@ async def check_manifest_tasks(subject: Subject) -> Finding:
             f"{key}, while the declared ids start different ones: an unknown task is served "
             "as the default task"
         )
+    if swallowed:
+        problems.append(
+            f"reset({key}=...) starts the same episode for each of the {len(starts)} declared "
+            f"tasks ({', '.join(starts)}, from {source}) and for an id no task has: the key "
+            "is dropped, so only one declared task can ever run"
+        )
     if problems:
         return failed(
             "; ".join(problems),
             f"Make reset({key}=...) select the task of that id (raise ValueError naming the "
-            "known ids for any other), so that every task the manifest lists can be run.",
+            "known ids for any other), so that every task the env declares can be run.",
             measured=measured,
-            evidence=[{"unknown_reset": unknown_kwargs, **unknown.describe(1)}, errors],
+            evidence=evidence,
         )
     if not selects:
         return skipped(

@@ -44,7 +44,7 @@ from ._driver import EnvDriver
 from ._json import JsonObject
 from ._manifest import read_manifest
 from ._policy import EXIT_CODES, Policy, load_policy
-from ._protocol import METADATA
+from ._protocol import METADATA, WIRE, unfinished_wire
 from ._sources import clone, parse_git, remove_tree, source_digest, temp_workdir
 from ._subject import EnvDescription, Subject, TargetKind
 
@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 RECOGNITION = ("protocol.health", "protocol.schema", "protocol.websocket", "protocol.episode")
 #: How many times a server that died during validation is started again.
 MAX_RELAUNCHES = 2
+#: Most a slow env's per-check deadline is stretched, as a multiple of the configured one.
+MAX_SLOWDOWN = 4.0
 
 OnCheck = Callable[[CheckResult], None]
 #: Prepares the env before the first check past the static level (installs its requirements)
@@ -242,9 +244,35 @@ class _Run:
             f"check. Its output ends with: {server.log_tail(8)[-800:]}"
         )
 
+    async def _discover(self) -> None:
+        """Learn the server's wire (``protocol.WIRE``) under its own deadline.
+
+        The discovery resets and steps the env several times (and waits out a slow reset):
+        it is not the work of the first check that reads it, so it is not bound by that
+        check's deadline.
+        """
+        subject = self.subject
+        limit = subject.config.check_timeout_s * MAX_SLOWDOWN
+        remaining = self.deadline - time.monotonic()
+        subject.driver.current_check = "protocol.wire"
+        try:
+            async with asyncio.timeout(max(min(limit, remaining), 0.001)):
+                await subject.get(WIRE)
+        except TimeoutError:
+            subject.products[WIRE.name] = unfinished_wire(min(limit, remaining))
+        except (EnvError, OSError) as exc:  # the checks that read it report it
+            logger.warning("the protocol discovery failed: %s", exc)
+
     async def _execute(self, spec: CheckSpec) -> Finding:
         subject = self.subject
         config = subject.config
+        if (
+            "server" in spec.needs
+            and subject.driver.url is not None
+            and subject.peek(WIRE) is None
+            and self.deadline > time.monotonic()
+        ):
+            await self._discover()
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             return Finding(
@@ -253,6 +281,8 @@ class _Run:
                 "out before this check started",
             )
         limit = config.stat_timeout_s if spec.level == "statistical" else config.check_timeout_s
+        # an env measured slow (protocol.WIRE) gets proportionally longer per check
+        limit *= min(subject.driver.slowdown, MAX_SLOWDOWN)
         budget_bound = remaining < limit
         timeout = min(limit, remaining)
         subject.driver.current_check = spec.id

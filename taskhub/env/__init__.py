@@ -18,6 +18,8 @@ from taskhub.env._http import (
     fetch_json,
     learn_http_dialect,
     parse_http_reply,
+    request_schema,
+    retry_after,
 )
 from taskhub.env._launch import (
     EnvHandle,
@@ -73,7 +75,9 @@ __all__ = [
     "parse_tools",
     "probe_transport",
     "probe_wire",
+    "request_schema",
     "resolve_env",
+    "retry_after",
     "space_url",
     "split_base_url",
     "tool_result",

@@ -42,18 +42,20 @@ __all__ = [
     "learn_http_dialect",
     "parse_http_reply",
     "request_schema",
+    "response_schema",
+    "retry_after",
 ]
 
 #: Times a request answered 429 (rate limited) is sent again.
 THROTTLE_RETRIES = 3
 
 
-def _retry_after(response: httpx.Response) -> float:
-    """Seconds a 429 asks to wait (``Retry-After``), between 0.2 and 5."""
+def retry_after(response: httpx.Response, attempt: int = 0) -> float:
+    """Seconds to wait after a 429: its ``Retry-After`` (0.2 to 5), else 1, 2, 4... by attempt."""
     try:
-        return min(max(float(response.headers.get("retry-after", "1")), 0.2), 5.0)
-    except ValueError:
-        return 1.0
+        return min(max(float(response.headers["retry-after"]), 0.2), 5.0)
+    except (KeyError, ValueError):
+        return min(2.0**attempt, 5.0)
 
 
 #: OpenEnv's own HTTP routes and bodies.
@@ -92,6 +94,7 @@ class HttpEnvSession:
         self._http = http
         self._closed = False
         self.last_latency_s = 0.0
+        self._session: dict[str, Any] = {}
 
     async def __aenter__(self) -> HttpEnvSession:
         return self
@@ -112,20 +115,22 @@ class HttpEnvSession:
             raise EnvClosedError(f"{verb}: the session is closed", env_url=self.base_url)
         url = self.base_url + path
         started = time.perf_counter()
+        # the session's deadline governs, whatever the shared client's own timeout says
+        limit = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0))
         try:
             async with asyncio.timeout(self.timeout):
                 try:
-                    response = await self._http.request(method, url, json=body)
+                    response = await self._http.request(method, url, json=body, timeout=limit)
                 except (httpx.ReadError, httpx.RemoteProtocolError):
                     if not fresh_retry:
                         raise
-                    response = await self._http.request(method, url, json=body)
-                for _ in range(THROTTLE_RETRIES):
+                    response = await self._http.request(method, url, json=body, timeout=limit)
+                for attempt in range(THROTTLE_RETRIES):
                     if response.status_code != 429:
                         break
                     # a rate-limited server: wait as it asks (within the deadline), then again
-                    await asyncio.sleep(_retry_after(response))
-                    response = await self._http.request(method, url, json=body)
+                    await asyncio.sleep(retry_after(response, attempt))
+                    response = await self._http.request(method, url, json=body, timeout=limit)
         except TimeoutError:
             raise EnvTimeout(
                 f"{verb}: no reply from {url} within {self.timeout:g}s", env_url=url
@@ -165,11 +170,22 @@ class HttpEnvSession:
             kwargs = {k: v for k, v in kwargs.items() if k in keys}
         path = self.dialect.reset_path
         body = await self._call("POST", path, kwargs, "reset", fresh_retry=True)
-        return parse_http_reply(body, f"reset reply from {self.base_url}")
+        result = parse_http_reply(body, f"reset reply from {self.base_url}")
+        self._session = {}
+        for key in self.dialect.session_keys:
+            for source in (body, result.observation):
+                if isinstance(source, dict) and source.get(key) is not None:
+                    self._session[key] = source[key]
+                    break
+        return result
 
     async def step(self, action: dict[str, Any]) -> StepResult:
-        """``POST /step`` with ``{"action": action}`` (or the bare action, by dialect)."""
-        payload = {"action": action} if self.dialect.wrap_action else action
+        """``POST /step`` with ``{"action": action}`` (or the bare action, by dialect).
+
+        The session keys the reset handed out go with it, beside the action.
+        """
+        payload = {"action": action} if self.dialect.wrap_action else dict(action)
+        payload.update(self._session)
         body = await self._call("POST", self.dialect.step_path, payload, "step")
         return parse_http_reply(body, f"step reply from {self.base_url}", step=True)
 
@@ -211,6 +227,8 @@ def parse_http_reply(body: Any, where: str, *, step: bool = False) -> StepResult
         number = next((reward[k] for k in ("value", "total", "score") if k in reward), reward)
         body = {**body, "reward": number}
     if isinstance(body.get("observation"), dict):
+        if "done" not in body and {"terminated", "truncated"} & set(body):
+            body = {**body, "done": bool(body.get("terminated") or body.get("truncated"))}
         return parse_step_payload(body, where)
     if step and not {"reward", "done", "terminated", "truncated"} & set(body):
         raise EnvProtocolError(
@@ -280,6 +298,18 @@ def request_schema(spec: dict[str, Any], path: str, method: str = "post") -> dic
     return _resolve(spec, (media or {}).get("schema"))
 
 
+def response_schema(spec: dict[str, Any], path: str, method: str = "post") -> dict[str, Any]:
+    """The resolved JSON schema of the 200 reply of ``method path`` (empty when none)."""
+    item = (spec.get("paths") or {}).get(path) or {}
+    operation = item.get(method) if isinstance(item, dict) else None
+    if not isinstance(operation, dict):
+        return {}
+    reply = (operation.get("responses") or {}).get("200") or {}
+    content = reply.get("content") if isinstance(reply, dict) else None
+    media = content.get("application/json") if isinstance(content, dict) else None
+    return _resolve(spec, (media or {}).get("schema"))
+
+
 def _body_keys(schema: dict[str, Any]) -> tuple[str, ...] | None:
     """The keys a request body takes, when its schema closes the set (None: any)."""
     properties = schema.get("properties")
@@ -334,6 +364,21 @@ def learn_http_dialect(spec: Any) -> tuple[HttpDialect, dict[str, Any] | None] |
         wrap = True  # an untyped body: OpenEnv's shape is the likeliest
         action = _named_action(spec)
     reset_keys = _body_keys(request_schema(spec, reset))
+    handed_out = set(_resolve(spec, response_schema(spec, reset)).get("properties") or {})
+    session_keys = tuple(
+        key
+        for key in body.get("required") or []
+        if key in handed_out and key != "action" and key in properties
+    )
+    if session_keys and action is not None and not wrap:
+        # the action is what remains of the bare body once the session keys are set
+        action = {
+            **action,
+            "properties": {
+                k: v for k, v in (action.get("properties") or {}).items() if k not in session_keys
+            },
+            "required": [k for k in action.get("required") or [] if k not in session_keys],
+        }
     dialect = HttpDialect(
         reset_path=reset,
         step_path=step,
@@ -341,6 +386,7 @@ def learn_http_dialect(spec: Any) -> tuple[HttpDialect, dict[str, Any] | None] |
         health_path=health,
         wrap_action=wrap,
         reset_keys=reset_keys,
+        session_keys=session_keys,
     )
     return dialect, action
 

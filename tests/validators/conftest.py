@@ -54,8 +54,8 @@ EXPECTED: dict[str, set[str]] = {
     "salted_hash": {"semantic.replayability"},
     "unknown_op_fallback": {"taskset.unknown_values_refused"},
     # the HTTP routes of a /ws server build a fresh env per request, as OpenEnv's create_app
-    # does: reported (runtime.http_episode skips, measured.http_stateless), not failed
-    "fresh_per_request": set(),
+    # does: its own finding, a warning (runtime.http_episode judges HTTP-only servers)
+    "fresh_per_request": {"protocol.http_stateless"},
     # a hand-rolled server with several defects at once, and a manifest older than validation:
     "handrolled_global": {
         "static.resource_declaration",

@@ -176,9 +176,11 @@ def test_replayability_names_the_first_difference(corpus_batch: dict[str, Any]) 
 
 def test_http_episodes_are_judged_by_transport(corpus_batch: dict[str, Any]) -> None:
     fresh = {c.id: c for c in corpus_batch["reports"]["fresh_per_request"].checks}
-    stateless = fresh["runtime.http_episode"]
-    assert stateless.status == "skip" and stateless.measured["http_stateless"] is True
-    assert "fresh env per request" in stateless.summary
+    stateless = fresh["protocol.http_stateless"]
+    assert stateless.status == "fail" and stateless.severity == "warn"
+    assert stateless.measured["http_stateless"] is True
+    assert "fresh env per request" in stateless.summary and stateless.evidence
+    assert fresh["runtime.http_episode"].status == "skip"
     hand = {c.id: c for c in corpus_batch["reports"]["handrolled_global"].checks}
     shared = hand["runtime.http_episode"]
     assert "a second HTTP client's reset changed the first client's episode" in shared.summary

@@ -30,8 +30,10 @@ def test_reference_env_passes_cleanly(
     reference_reports: dict[str, ValidationReport], name: str
 ) -> None:
     report = reference_reports[name]
-    assert report.verdict == "pass" and report.exit_code == 0
-    assert [c.id for c in report.checks if c.status in ("fail", "error")] == []
+    # OpenEnv's create_app serves HTTP with a fresh env per request: a warning, nothing fails
+    assert report.verdict == "warn" and report.exit_code == 0
+    failing = [(c.id, c.severity) for c in report.checks if c.status in ("fail", "error")]
+    assert failing == [("protocol.http_stateless", "warn")]
     assert report.taskset is not None and report.taskset.name == name
     assert report.target_kind == "builtin" and report.source_digest
     # RFC 008's ids taskhub does not implement are skips too, marked so
@@ -41,7 +43,7 @@ def test_reference_env_passes_cleanly(
     # only the statistical checks (no --model) and, for gridworld's answer-less rows, leakage;
     # gridworld's rows have no string task key (size and difficulty are numbers) to misspell
     allowed = {c.id for c in report.checks if c.level == "statistical"}
-    # OpenEnv's create_app serves HTTP statelessly (reported, not failed); the taskset's rows
+    # runtime.http_episode leaves /ws servers to protocol.http_stateless; the taskset's rows
     # select the scenario (the seed need not); the manifests list no tasks
     allowed |= {"runtime.http_episode", "runtime.seed_effect", "taskset.manifest_tasks"}
     if name != "ledger":  # only the tool env declares tools and a Task API
