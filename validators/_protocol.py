@@ -1027,7 +1027,7 @@ async def _probe_http(subject: Subject, name: str, path: str, content: bytes) ->
     return outcome
 
 
-def _reset_takes_body(wire: Wire, dialect: HttpDialect) -> bool:
+def reset_takes_body(wire: Wire, dialect: HttpDialect) -> bool:
     """Whether the reset route reads a body: not when ``/openapi.json`` says it takes none."""
     spec = wire.openapi_reply.json if wire.openapi_reply is not None else None
     if not isinstance(spec, dict) or not isinstance(spec.get("paths"), dict):
@@ -1072,7 +1072,7 @@ async def check_malformed_input(subject: Subject) -> Finding:
             ("bad_json", dialect.step_path, b"{not json"),
             ("invalid_action", dialect.step_path, json.dumps(body).encode()),
         ]
-        if dialect.reset_keys != () and _reset_takes_body(await subject.get(WIRE), dialect):
+        if dialect.reset_keys != () and reset_takes_body(await subject.get(WIRE), dialect):
             # a reset route that takes no body may ignore whatever is sent
             http_probes.append(("non_object", dialect.reset_path, b"[1, 2, 3]"))
         if (schema or {}).get("required"):

@@ -6,6 +6,7 @@ value no row uses (a misspelt task id) is refused rather than served as a defaul
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from taskhub import EnvExecutionError, canonical_json
@@ -14,6 +15,7 @@ from ._check import Finding, check, failed, passed, skipped
 from ._driver import Trajectory, http_call, observation_key, stable_state
 from ._json import JsonObject
 from ._manifest import declared_tasks
+from ._protocol import WIRE, reset_takes_body
 from ._static import reset_parameters
 from ._subject import Subject, noop_policy
 
@@ -294,51 +296,132 @@ async def declared_task_ids(subject: Subject) -> tuple[list[str], str]:
     return ids, "GET /tasks"
 
 
+#: Reset keys that only seed or name an episode: a route taking only these selects no task.
+EPISODE_KEYS = frozenset({"seed", "episode_id"})
+#: Resets with no task key compared to see whether the served task changes on its own.
+CYCLE_RESETS = 3
+
+
+def _leaves(value: Any, prefix: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict) and depth < 8:
+        for key, item in value.items():
+            yield from _leaves(item, f"{prefix}{key}.", depth + 1)
+    elif isinstance(value, list) and value and depth < 8:
+        for index, item in enumerate(value[:64]):
+            yield from _leaves(item, f"{prefix}{index}.", depth + 1)
+    else:
+        yield prefix.rstrip("."), value
+
+
+def named_task(observation: Any) -> tuple[str, str] | None:
+    """The field of an observation that names its task (``state.task_id: "easy"``), if any."""
+    best: tuple[int, str, str] | None = None
+    for path, value in _leaves(observation):
+        name = path.rpartition(".")[2]
+        if name in TASK_KEYS and isinstance(value, str) and 0 < len(value) <= 200:
+            depth = path.count(".")
+            if best is None or depth < best[0]:
+                best = (depth, path, value)
+    return (best[1], best[2]) if best is not None else None
+
+
+class _Starts:
+    """Start observations compared field by field, leaving out what changes on its own.
+
+    Two resets without a task, with the same seed, tell which fields differ anyway (a clock, a
+    random draw the seed does not cover): those and the fields that echo the request are left
+    out of every comparison.
+    """
+
+    def __init__(self, first: dict[str, Any], second: dict[str, Any], echoed: set[str]) -> None:
+        a, b = dict(_leaves(first)), dict(_leaves(second))
+        self.noise = {p for p in a.keys() | b.keys() if a.get(p) != b.get(p)}
+        self.fields = len(a.keys() | b.keys())
+        self.echoed = echoed
+
+    def key(self, observation: dict[str, Any], echoed: set[str]) -> str:
+        kept = {
+            path: value
+            for path, value in _leaves({k: v for k, v in observation.items() if k != "metadata"})
+            if path not in self.noise
+            and path.partition(".")[0] != "metadata"
+            and not (isinstance(value, str) and value in echoed | self.echoed)
+        }
+        return canonical_json(kept)
+
+
 @check("taskset.manifest_tasks", level="taskset", needs=("episode",))
 async def check_manifest_tasks(subject: Subject) -> Finding:
     """Every declared task can be selected, and an unknown task id is not served as a default.
 
     Without a taskset, the tasks the env declares (its manifest's ``tasks:``, else ``GET
-    /tasks``) are the tasks. Where resetting with the declared ids starts different episodes
-    (the key selects tasks), an id no task has must be refused rather than start the same
-    episode as a reset without one. Where every declared id and an unknown one start the same
-    episode, the key is swallowed: only one of the declared tasks can ever run. Fields that
-    merely repeat the requested id are left out of the comparison.
+    /tasks``, else the task its reset observation names) are the tasks. Where resetting with
+    the declared ids starts different episodes (the key selects tasks), an id no task has must
+    be refused rather than start the same episode as a reset without one; an unknown id whose
+    episode names another task (``task_id: "easy"``) is served as that task. Where every
+    declared id and an unknown one start the same episode, the key is swallowed: only one of
+    the declared tasks can ever run; so it is when the reset route takes nothing that could
+    select a task and resets keep serving one. Fields that repeat the request, or that differ
+    between two identical resets, are left out of the comparisons.
     """
-    declared, source = await declared_task_ids(subject)
-    if not declared:
-        return skipped("the env declares no tasks (no tasks: in openenv.yaml, no GET /tasks)")
-    key = task_key(subject)
-    keys = subject.driver.dialect.reset_keys if subject.driver.transport == "http" else None
-    if keys is not None and key not in keys:
-        return skipped(
-            f"the reset route takes no {key!r} (it takes {', '.join(keys) or 'nothing'}): the "
-            "declared tasks are selected some other way"
-        )
     seed = 4242
-    starts: dict[str, str] = {}
-    errors: dict[str, str] = {}
+    episode_id = "taskhub-task-x"
+    driver = subject.driver
 
-    async def start(value: str | None) -> tuple[str | None, Trajectory]:
-        episode_id = "taskhub-task-x"
+    async def play(value: str | None, key: str, *, seed: int = seed) -> Trajectory:
         kwargs: JsonObject = {"seed": seed, "episode_id": episode_id}
         if value is not None:
             kwargs[key] = value
-        played = await subject.driver.play(kwargs, lambda i, r: None, max_steps=0)
-        if played.first is None:
-            return None, played
-        echoed = {episode_id} | ({value} if value is not None else set())
-        return observation_key(without_echo(played.first.observation, echoed)), played
+        return await driver.play(kwargs, lambda i, r: None, max_steps=0)
 
+    declared, source = await declared_task_ids(subject)
+    key = task_key(subject)
+    default = await play(None, key)
+    again = await play(None, key)
+    if default.first is None or again.first is None:
+        return skipped(f"a reset without a task failed: {default.error or again.error}"[:400])
+    named = named_task(default.first.observation)
+    if not declared and named is not None:
+        declared, source = [named[1]], f"the reset observation ({named[0]})"
+    if not declared:
+        return skipped(
+            "the env declares no tasks (no tasks: in openenv.yaml, no GET /tasks, no task "
+            "named in the reset observation)"
+        )
+    keys = driver.dialect.reset_keys if driver.transport == "http" else None
+    if driver.transport == "http" and not reset_takes_body(await subject.get(WIRE), driver.dialect):
+        keys = ()  # /openapi.json shows a reset route without a body
+    if keys is not None and key not in keys:
+        return await _no_task_key(subject, declared, source, keys, play, key)
+    starts_of = _Starts(default.first.observation, again.first.observation, {episode_id})
+    if starts_of.fields and len(starts_of.noise) >= starts_of.fields:
+        return skipped(
+            "every field of the reset observation changes between two identical resets: "
+            "which task an episode runs cannot be told from its start"
+        )
+    starts: dict[str, str] = {}
+    errors: dict[str, str] = {}
     for task_id in declared[:MANIFEST_TASK_PROBES]:
-        found, trajectory = await start(task_id)
-        if found is None:
+        trajectory = await play(task_id, key)
+        if trajectory.first is None:
             errors[task_id] = f"{type(trajectory.error).__name__}: {trajectory.error}"[:300]
             continue
-        starts[task_id] = found
-    unknown_start, unknown = await start("taskhub-no-such-task")
-    default_start, _default = await start(None)
+        starts[task_id] = starts_of.key(trajectory.first.observation, {task_id})
+    unknown_id = "taskhub-no-such-task"
+    unknown = await play(unknown_id, key)
+    unknown_start = (
+        starts_of.key(unknown.first.observation, {unknown_id}) if unknown.first else None
+    )
+    default_start = starts_of.key(default.first.observation, set())
     served_default = unknown_start is not None and unknown_start == default_start
+    unknown_named = named_task(unknown.first.observation) if unknown.first else None
+    served_as = (
+        unknown_named[1]
+        if unknown_named is not None
+        and unknown_named[1] != unknown_id
+        and (unknown_named[1] in declared or (named is not None and unknown_named[1] == named[1]))
+        else None
+    )
     selects = len(set(starts.values())) >= 2
     swallowed = (
         not selects
@@ -354,14 +437,21 @@ async def check_manifest_tasks(subject: Subject) -> Finding:
         "distinct_starts": len(set(starts.values())),
         "refused": sorted(errors),
         "unknown_served_as_default": served_default,
+        "unknown_served_as": served_as,
+        "fields_left_out": sorted(starts_of.noise)[:20],
     }
-    unknown_kwargs = {"seed": seed, key: "taskhub-no-such-task", "episode_id": "taskhub-task-x"}
+    unknown_kwargs = {"seed": seed, key: unknown_id, "episode_id": episode_id}
     evidence: list[Any] = [{"unknown_reset": unknown_kwargs, **unknown.describe(1)}, errors]
     problems = []
-    # only where the key demonstrably selects tasks: then a bad id silently runs the default
-    if selects and served_default:
+    if served_as is not None and unknown_named is not None:
         problems.append(
-            f"reset({key}='taskhub-no-such-task') started the same episode as a reset without "
+            f"reset({key}={unknown_id!r}) was accepted and its episode names task "
+            f"{served_as!r} ({unknown_named[0]}): an unknown task is served as another task"
+        )
+    # only where the key demonstrably selects tasks: then a bad id silently runs the default
+    elif selects and served_default:
+        problems.append(
+            f"reset({key}={unknown_id!r}) started the same episode as a reset without "
             f"{key}, while the declared ids start different ones: an unknown task is served "
             "as the default task"
         )
@@ -379,6 +469,10 @@ async def check_manifest_tasks(subject: Subject) -> Finding:
             measured=measured,
             evidence=evidence,
         )
+    if not selects and unknown.first is None and len(declared) == 1:
+        return passed(
+            f"an unknown {key} is refused ({type(unknown.error).__name__})", measured=measured
+        )
     if not selects:
         return skipped(
             f"reset({key}=...) does not tell the declared tasks apart: whether an unknown id "
@@ -389,4 +483,54 @@ async def check_manifest_tasks(subject: Subject) -> Finding:
         f"{len(starts)} declared tasks start differently and an unknown id is not served as "
         "the default task",
         measured=measured,
+    )
+
+
+async def _no_task_key(
+    subject: Subject,
+    declared: list[str],
+    source: str,
+    keys: tuple[str, ...],
+    play: Any,
+    key: str,
+) -> Finding:
+    """The reset route takes no task key: fine unless it takes nothing that could select one.
+
+    A route that takes only a seed and an episode id, for an env that declares several tasks,
+    selects none of them; if resets with different seeds keep naming one task (or the env
+    names none), only that one can run.
+    """
+    selecting = [k for k in keys if k not in EPISODE_KEYS]
+    if selecting or len(declared) < 2:
+        return skipped(
+            f"the reset route takes no {key!r} (it takes {', '.join(keys) or 'nothing'}): the "
+            "declared tasks are selected some other way"
+        )
+    names = []
+    for offset in range(CYCLE_RESETS):
+        trajectory = await play(None, key, seed=4242 + offset)
+        found = named_task(trajectory.first.observation) if trajectory.first else None
+        names.append(found[1] if found is not None else None)
+    measured: JsonObject = {
+        "declared": declared[:20],
+        "source": source,
+        "reset_keys": list(keys),
+        "named_tasks": names,
+    }
+    if len({n for n in names if n is not None}) >= 2:
+        return skipped(
+            "the reset route takes no task, but successive resets serve different tasks "
+            f"({', '.join(sorted({n for n in names if n}))}): tasks are cycled, not selected",
+            measured=measured,
+        )
+    served = next((n for n in names if n is not None), None)
+    return failed(
+        f"the env declares {len(declared)} tasks ({', '.join(declared[:6])}, from {source}) but "
+        f"its reset route takes {', '.join(keys) or 'nothing'}: no task can be selected"
+        + (f", and {CYCLE_RESETS} resets all served {served!r}" if served else "")
+        + ", so the other declared tasks can never run",
+        "Let reset() take the task's id (e.g. reset(task_id=...)) and select that task, "
+        "raising ValueError naming the known ids for any other.",
+        measured=measured,
+        evidence=[{"reset_keys": list(keys), "named_tasks": names}],
     )

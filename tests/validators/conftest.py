@@ -71,6 +71,19 @@ EXPECTED: dict[str, set[str]] = {
         "runtime.episode_isolation",
         "runtime.step_after_done",
     },
+    # declared tasks that a reset taking no body can never select, on a hand-rolled server
+    "reset_takes_nothing": {
+        "static.resource_declaration",
+        "static.timeout_ceiling",
+        "protocol.metadata",
+        "protocol.schema",
+        "protocol.websocket",
+        "protocol.wire_format",
+        "runtime.state_contract",
+        "runtime.http_episode",
+        "taskset.reset_params",
+        "taskset.manifest_tasks",
+    },
 }
 #: Validation settings of the corpus runs: short deadlines, fewer growth episodes.
 FAST = {

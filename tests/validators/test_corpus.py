@@ -187,3 +187,15 @@ def test_http_episodes_are_judged_by_transport(corpus_batch: dict[str, Any]) -> 
     assert any("step_count: 1 -> 0" in d for d in shared.evidence[0]["diff"])
     assert hand["protocol.episode"].status == "pass"  # bare bodies, top-level observations
     assert "(/health answers 404)" in hand["runtime.startup"].summary
+
+
+def test_declared_tasks_that_reset_cannot_select_are_named(corpus_batch: dict[str, Any]) -> None:
+    swallowed = {c.id: c for c in corpus_batch["reports"]["swallowed_task_key"].checks}
+    finding = swallowed["taskset.manifest_tasks"]
+    assert "the key is dropped, so only one declared task can ever run" in finding.summary
+    assert finding.severity == "warn" and finding.measured["source"] == "openenv.yaml"
+    nothing = {c.id: c for c in corpus_batch["reports"]["reset_takes_nothing"].checks}
+    finding = nothing["taskset.manifest_tasks"]
+    assert "its reset route takes nothing: no task can be selected" in finding.summary
+    assert finding.measured["named_tasks"] == ["task_easy"] * 3
+
