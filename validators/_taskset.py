@@ -381,6 +381,9 @@ async def check_manifest_tasks(subject: Subject) -> Finding:
     if default.first is None or again.first is None:
         return skipped(f"a reset without a task failed: {default.error or again.error}"[:400])
     named = named_task(default.first.observation)
+    keys = driver.dialect.reset_keys if driver.transport == "http" else None
+    if named is not None and keys is None:
+        key = named[0].rpartition(".")[2]  # the field the env names its task by
     if not declared and named is not None:
         declared, source = [named[1]], f"the reset observation ({named[0]})"
     if not declared:
@@ -388,7 +391,6 @@ async def check_manifest_tasks(subject: Subject) -> Finding:
             "the env declares no tasks (no tasks: in openenv.yaml, no GET /tasks, no task "
             "named in the reset observation)"
         )
-    keys = driver.dialect.reset_keys if driver.transport == "http" else None
     if driver.transport == "http" and not reset_takes_body(await subject.get(WIRE), driver.dialect):
         keys = ()  # /openapi.json shows a reset route without a body
     if keys is not None and key not in keys:
@@ -418,6 +420,7 @@ async def check_manifest_tasks(subject: Subject) -> Finding:
     served_as = (
         unknown_named[1]
         if unknown_named is not None
+        and unknown_named[0].rpartition(".")[2] == key  # the field the id was sent as
         and unknown_named[1] != unknown_id
         and (unknown_named[1] in declared or (named is not None and unknown_named[1] == named[1]))
         else None

@@ -45,6 +45,8 @@ EXPECTED: dict[str, set[str]] = {
     "leaks_memory": {"runtime.resource_bounds"},
     "unpinned_deps": {"static.dependency_pinning"},
     "bad_manifest": {"static.manifest", "runtime.startup"},
+    # the app named by its file: a manifest finding, and the env is still served and checked
+    "app_as_path": {"static.manifest"},
     "accepts_after_done": {"runtime.step_after_done"},
     "schema_mismatch": {"runtime.observation_schema"},
     "single_session": {"protocol.concurrency"},

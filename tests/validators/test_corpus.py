@@ -198,4 +198,3 @@ def test_declared_tasks_that_reset_cannot_select_are_named(corpus_batch: dict[st
     finding = nothing["taskset.manifest_tasks"]
     assert "its reset route takes nothing: no task can be selected" in finding.summary
     assert finding.measured["named_tasks"] == ["task_easy"] * 3
-
