@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from taskhub import (
     CheckResult,
@@ -135,6 +135,15 @@ class Submission(BaseModel):
     """Taskset for this submission (the batch's when None)."""
     deadline_s: Annotated[float, Field(gt=0)] | None = None
     """Deadline of this submission (the batch's when None)."""
+
+    @field_validator("name")
+    @classmethod
+    def _usable_name(cls, value: str) -> str:
+        if not any(ch.isalnum() for ch in value):
+            raise ValueError(
+                f"submission name {value!r} has no letter or digit: it cannot name a report file"
+            )
+        return value
 
     @property
     def file_stem(self) -> str:

@@ -492,10 +492,12 @@ def test_a_run_id_that_cannot_name_a_folder_is_refused(tmp_path: Path, run_id: s
 @pytest.mark.parametrize(
     ("names", "message"),
     [
+        ([".", "b"], "has no letter or digit"),
+        (["..", "b"], "has no letter or digit"),
         (["a b", "a-b"], "would write the same report file (a-b.json) as 'a b'"),
         (["Good", "good"], "would write the same report file (good.json) as 'Good'"),
     ],
-    ids=["collision", "case"],
+    ids=["dot", "dotdot", "collision", "case"],
 )
 def test_batch_names_that_cannot_name_a_report_are_refused(
     tmp_path: Path, names: list[str], message: str
