@@ -315,13 +315,15 @@ def _leaves(value: Any, prefix: str = "", depth: int = 0) -> Iterator[tuple[str,
 
 def named_task(observation: Any) -> tuple[str, str] | None:
     """The field of an observation that names its task (``state.task_id: "easy"``), if any."""
-    best: tuple[int, str, str] | None = None
+    best: tuple[tuple[int, int], str, str] | None = None
     for path, value in _leaves(observation):
         name = path.rpartition(".")[2]
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # a numbered task
         if name in TASK_KEYS and isinstance(value, str) and 0 < len(value) <= 200:
-            depth = path.count(".")
-            if best is None or depth < best[0]:
-                best = (depth, path, value)
+            rank = (TASK_KEYS.index(name), path.count("."))  # task_id before a display name
+            if best is None or rank < best[0]:
+                best = (rank, path, value)
     return (best[1], best[2]) if best is not None else None
 
 
@@ -446,12 +448,13 @@ async def check_manifest_tasks(subject: Subject) -> Finding:
     unknown_kwargs = {"seed": seed, key: unknown_id, "episode_id": episode_id}
     evidence: list[Any] = [{"unknown_reset": unknown_kwargs, **unknown.describe(1)}, errors]
     problems = []
-    if served_as is not None and unknown_named is not None:
+    # only where the key demonstrably selects tasks: an env that drops a key it does not take
+    # serves its default for any value of it
+    if served_as is not None and unknown_named is not None and selects:
         problems.append(
             f"reset({key}={unknown_id!r}) was accepted and its episode names task "
             f"{served_as!r} ({unknown_named[0]}): an unknown task is served as another task"
         )
-    # only where the key demonstrably selects tasks: then a bad id silently runs the default
     elif selects and served_default:
         problems.append(
             f"reset({key}={unknown_id!r}) started the same episode as a reset without "
