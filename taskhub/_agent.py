@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
+from pydantic import BaseModel
 
 from taskhub._errors import AgentFormatError, EnvProtocolError
 from taskhub._schema import (
@@ -29,6 +30,39 @@ from taskhub._templates import Templates, observation_text
 from taskhub.env._client import EnvSession, StepResult
 from taskhub.models._base import GenerateRequest, ModelBackend, TurnContext
 from taskhub.models._scripted import action_properties, text_field
+
+_M = TypeVar("_M", bound=BaseModel)
+_FIELD_NAMES: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+def trusted(model: type[_M], **values: Any) -> _M:
+    """Build ``model`` from values already of its field types, without validating them.
+
+    For the records of the hot path, whose values come typed out of ``json.loads`` and the
+    loop's own code: validating them again, or pydantic's ``model_construct`` (which looks up
+    aliases and default factories field by field), costs more than the episode's own work.
+    Every field must be given (in any order: the record keeps the model's field order, which
+    is the order of its JSON).
+
+    Raises:
+        TypeError: A field is missing, or a value names no field.
+    """
+    names = _FIELD_NAMES.get(model)
+    if names is None:
+        names = _FIELD_NAMES[model] = tuple(model.model_fields)
+    try:
+        ordered = {name: values[name] for name in names}
+    except KeyError as exc:
+        raise TypeError(f"{model.__name__}: no value for field {exc}") from None
+    if len(ordered) != len(values):
+        raise TypeError(f"{model.__name__}: no such fields {sorted(set(values) - set(ordered))}")
+    instance = model.__new__(model)
+    object.__setattr__(instance, "__dict__", ordered)
+    object.__setattr__(instance, "__pydantic_fields_set__", set(ordered))
+    object.__setattr__(instance, "__pydantic_extra__", None)
+    object.__setattr__(instance, "__pydantic_private__", None)
+    return instance
+
 
 FORMAT_RETRY_MESSAGE = (
     "Your reply could not be used as an action: {error}\nReply again with only the action."
@@ -46,6 +80,60 @@ def public_action_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None
     props.pop("metadata", None)
     public["properties"] = props
     return public
+
+
+@dataclass(frozen=True)
+class _SchemaFacts:
+    """What the loop derives from an action schema, computed once per schema object."""
+
+    schema: dict[str, Any] | None
+    public: dict[str, Any] | None
+    public_json: str
+    text_field: str | None
+    properties: dict[str, dict[str, Any]]
+
+
+_SCHEMA_FACTS: dict[int, _SchemaFacts] = {}
+
+
+def _facts(schema: dict[str, Any] | None) -> _SchemaFacts:
+    # A run parses every reply against the same schema object: derive its facts once.
+    facts = _SCHEMA_FACTS.get(id(schema))
+    if facts is None or facts.schema is not schema:
+        if len(_SCHEMA_FACTS) > 64:
+            _SCHEMA_FACTS.clear()
+        public = public_action_schema(schema)
+        facts = _SchemaFacts(
+            schema,
+            public,
+            json.dumps(public, indent=2) if public else "{}",
+            text_field(schema),
+            action_properties(schema),
+        )
+        _SCHEMA_FACTS[id(schema)] = facts
+    return facts
+
+
+def template_variables(
+    task: Task, action_schema: dict[str, Any] | None, reads: frozenset[str] | None = None
+) -> dict[str, Any]:
+    """The variables every prompt template of ``task`` sees (``reads``: only those).
+
+    Args:
+        task: The task (its answer and oracle actions are left out).
+        action_schema: The env's action schema.
+        reads: The variable names the templates read (``Templates.reads``); None for all.
+    """
+    facts = _facts(action_schema)
+    variables: dict[str, Any] = {
+        "prompt": task.prompt,
+        "action_schema": facts.public,
+        "action_schema_json": facts.public_json,
+        "text_field": facts.text_field,
+    }
+    if reads is None or "task" in reads:
+        variables["task"] = task.model_dump(exclude={"answer", "oracle_actions"})
+    return variables
 
 
 def parse_action(reply: str, schema: dict[str, Any] | None) -> dict[str, Any]:
@@ -76,7 +164,8 @@ def parse_action(reply: str, schema: dict[str, Any] | None) -> dict[str, Any]:
 
 def _readings(text: str, schema: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
     """Yield the possible actions a reply can be read as, most literal first (lazily)."""
-    field = text_field(schema)
+    facts = _facts(schema)
+    field = facts.text_field
     had_field = False
 
     def objects() -> Iterator[str]:
@@ -92,9 +181,9 @@ def _readings(text: str, schema: dict[str, Any] | None) -> Iterator[dict[str, An
         if isinstance(value, dict):
             had_field = had_field or (field is not None and field in value)
             yield value
-    if field is not None and not had_field and "enum" not in action_properties(schema)[field]:
+    if field is not None and not had_field and "enum" not in facts.properties[field]:
         yield {field: _unfence(text)}
-    enum_action = _enum_action(text, schema)
+    enum_action = _enum_action(text, schema, facts.properties)
     if enum_action is not None:
         yield enum_action
 
@@ -103,15 +192,20 @@ def validate_action(action: dict[str, Any], schema: dict[str, Any] | None) -> st
     """Return why ``action`` does not satisfy ``schema``, or None when it does."""
     if not schema:
         return None
-    validator = _validator(schema)
-    # Discrete action spaces repeat the same few actions: remember which ones were valid.
-    key = (id(validator), json.dumps(action, sort_keys=True, default=repr))
-    if key in _VALID_ACTIONS:
+    checker = _checker(schema)
+    if checker.accepts is not None and checker.accepts(action):
         return None
+    # Discrete action spaces repeat the same few actions: remember which ones were valid.
+    frozen = _freeze(action)
+    key = (id(checker), frozen) if frozen is not None else None
+    if key is not None and key in _VALID_ACTIONS:
+        return None
+    validator = checker.validator
     if validator.is_valid(action):
-        if len(_VALID_ACTIONS) > 4096:
-            _VALID_ACTIONS.clear()
-        _VALID_ACTIONS.add(key)
+        if key is not None:
+            if len(_VALID_ACTIONS) > 4096:
+                _VALID_ACTIONS.clear()
+            _VALID_ACTIONS.add(key)
         return None
     error = jsonschema.exceptions.best_match(validator.iter_errors(action))
     if error is None:
@@ -120,21 +214,117 @@ def validate_action(action: dict[str, Any], schema: dict[str, Any] | None) -> st
     return f"{where + ': ' if where else ''}{error.message}"
 
 
-_VALIDATORS: dict[int, tuple[dict[str, Any], jsonschema.Draft202012Validator]] = {}
-_VALID_ACTIONS: set[tuple[int, str]] = set()
+@dataclass(frozen=True)
+class _Checker:
+    """An action schema compiled once: the full validator, and a fast path when it is simple."""
+
+    schema: dict[str, Any]
+    validator: jsonschema.Draft202012Validator
+    accepts: Callable[[dict[str, Any]], bool] | None
+    """True only for actions the schema accepts (False means: ask the full validator)."""
 
 
-def _validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
+_CHECKERS: dict[int, _Checker] = {}
+_Frozen = tuple[tuple[str, type, Any], ...]
+_VALID_ACTIONS: set[tuple[int, _Frozen]] = set()
+# Schema keywords that do not constrain a value.
+_ANNOTATIONS = frozenset(
+    {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly"}
+)
+_SCALARS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: type(v) is str,
+    "boolean": lambda v: type(v) is bool,
+    "integer": lambda v: type(v) is int,
+    "number": lambda v: type(v) is int or type(v) is float,
+    "null": lambda v: v is None,
+    "array": lambda v: type(v) is list,
+}
+
+
+def _freeze(action: dict[str, Any]) -> _Frozen | None:
+    """A hashable key of a flat action of scalars (the common case), else None."""
+    items = []
+    for key, value in action.items():
+        # bool is kept apart from int: True and 1 are equal keys but not the same action
+        if value is None or type(value) in (str, int, float, bool):
+            items.append((key, type(value), value))
+        else:
+            return None
+    return tuple(sorted(items))
+
+
+def _checker(schema: dict[str, Any]) -> _Checker:
     # Built once per schema object: a run validates every action against the same schema.
-    cached = _VALIDATORS.get(id(schema))
-    if cached is None or cached[0] is not schema:
-        if len(_VALIDATORS) > 64:
-            _VALIDATORS.clear()
-        # a new validator may reuse a dropped one's id: forget what that one accepted
+    cached = _CHECKERS.get(id(schema))
+    if cached is None or cached.schema is not schema:
+        if len(_CHECKERS) > 64:
+            _CHECKERS.clear()
+        # a new checker may reuse a dropped one's id: forget what that one accepted
         _VALID_ACTIONS.clear()
-        cached = (schema, jsonschema.Draft202012Validator(schema))
-        _VALIDATORS[id(schema)] = cached
-    return cached[1]
+        cached = _Checker(schema, jsonschema.Draft202012Validator(schema), _fast_accepts(schema))
+        _CHECKERS[id(schema)] = cached
+    return cached
+
+
+def _fast_accepts(schema: dict[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
+    """A plain-Python test for the common action schema (an object of typed scalar fields).
+
+    Only keywords it fully understands are allowed (``type``, ``properties``, ``required``,
+    ``additionalProperties``, ``enum`` of strings, annotations); any other schema gets None and
+    is left to jsonschema. It may refuse what jsonschema would accept (``1.0`` as an integer),
+    never the reverse: a refusal only sends the action to the full validator.
+    """
+    if set(schema) - _ANNOTATIONS - {"type", "properties", "required", "additionalProperties"}:
+        return None
+    extra = schema.get("additionalProperties", True)
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if schema.get("type") != "object" or not isinstance(extra, bool):
+        return None
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        return None
+    checks: dict[str, Callable[[Any], bool]] = {}
+    for name, sub in properties.items():
+        check = _fast_value(sub)
+        if check is None:
+            return None
+        checks[name] = check
+    names = tuple(required)
+
+    def accepts(action: dict[str, Any]) -> bool:
+        for name in names:
+            if name not in action:
+                return False
+        for key, value in action.items():
+            check = checks.get(key)
+            if check is None:
+                if not extra:
+                    return False
+            elif not check(value):
+                return False
+        return True
+
+    return accepts
+
+
+def _fast_value(schema: Any) -> Callable[[Any], bool] | None:
+    if not isinstance(schema, dict):
+        return None
+    keys = set(schema) - _ANNOTATIONS
+    kind = schema.get("type")
+    if "enum" in keys and keys <= {"enum", "type"} and kind in (None, "string"):
+        options = schema["enum"]
+        if not isinstance(options, list) or not all(type(o) is str for o in options):
+            return None
+        allowed = frozenset(options)
+        return lambda v: type(v) is str and v in allowed
+    if kind == "object" and keys <= {"type", "additionalProperties"}:
+        if schema.get("additionalProperties", True) is not True:
+            return None
+        return lambda v: type(v) is dict
+    if isinstance(kind, str) and kind in _SCALARS and keys == {"type"}:
+        return _SCALARS[kind]
+    return None
 
 
 def _unfence(text: str) -> str:
@@ -170,8 +360,9 @@ def _json_objects(text: str, limit: int = 8) -> list[str]:
     return found
 
 
-def _enum_action(text: str, schema: dict[str, Any] | None) -> dict[str, Any] | None:
-    props = action_properties(schema)
+def _enum_action(
+    text: str, schema: dict[str, Any] | None, props: dict[str, dict[str, Any]]
+) -> dict[str, Any] | None:
     required = [k for k in (schema or {}).get("required", []) if k in props]
     names = required or list(props)
     if len(names) != 1 or "enum" not in props[names[0]]:
@@ -197,6 +388,7 @@ class EpisodeTrace:
     usage: Usage = field(default_factory=Usage)
     env_time_s: float = 0.0
     model_time_s: float = 0.0
+    queue_time_s: float = 0.0
     terminated: bool = False
     truncated: bool = False
 
@@ -226,37 +418,34 @@ async def run_episode(
     result = await session.reset(**reset_payload)
     trace.env_time_s += time.perf_counter() - started
     trace.initial = result
-    public_schema = public_action_schema(action_schema)
-    variables: dict[str, Any] = {
-        "task": task.model_dump(exclude={"answer", "oracle_actions"}),
-        "prompt": task.prompt,
-        "action_schema": public_schema,
-        "action_schema_json": json.dumps(public_schema, indent=2) if public_schema else "{}",
-        "text_field": text_field(action_schema),
-    }
+    reads = templates.reads
+    variables = template_variables(task, action_schema, reads)
     system = templates.render("system", **variables)
     if system:
         trace.messages.append(ChatMessage(role="system", content=system))
+    text_in_first = "observation_text" in templates.reads_in["first"]
+    text_in_step = "observation_text" in templates.reads_in["step"]
     observation, reward = result.observation, None
     for index in range(max_steps):
         if result.done:
             break
-        turn = {
+        shown = {
             **variables,
             "observation": observation,
-            "observation_text": observation_text(observation),
+            "observation_text": observation_text(observation)
+            if (text_in_step if index else text_in_first)
+            else "",
             "reward": reward,
             "step": index,
         }
         trace.messages.append(
-            ChatMessage.model_construct(
-                role="user", content=templates.render("first" if index == 0 else "step", **turn)
+            ChatMessage(
+                role="user", content=templates.render("first" if index == 0 else "step", **shown)
             )
         )
         context = TurnContext(task, observation, action_schema, index, episode_seed)
-        action, reply, format_errors, model_s = await _next_action(
-            model, trace, sampling, context, action_schema, format_retries
-        )
+        turn = await _next_action(model, trace, sampling, context, action_schema, format_retries)
+        action, reply = turn.action, turn.reply
         started = time.perf_counter()
         try:
             result = await session.step(action)
@@ -272,7 +461,8 @@ async def run_episode(
         # Everything here is already typed (the observation came out of json.loads), so the
         # record is built without re-validating it: this loop is the runner's hot path.
         trace.steps.append(
-            StepRecord.model_construct(
+            trusted(
+                StepRecord,
                 index=index,
                 action=action,
                 observation=result.observation,
@@ -281,13 +471,27 @@ async def run_episode(
                 metadata=result.metadata,
                 reply=reply,
                 latency_s=latency,
-                model_latency_s=model_s,
-                format_errors=format_errors,
+                model_latency_s=turn.model_s,
+                format_errors=turn.format_errors,
+                queue_time_s=turn.queue_s,
             )
         )
         observation, reward = result.observation, result.reward
     trace.terminated = result.done
     trace.truncated = not result.done
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """The model's part of one step: the action, and what getting it took."""
+
+    action: dict[str, Any]
+    reply: str
+    format_errors: list[str]
+    model_s: float
+    """Seconds the model worked on the step's calls."""
+    queue_s: float
+    """Seconds those calls waited for the model before it worked on them."""
 
 
 async def _next_action(
@@ -297,19 +501,24 @@ async def _next_action(
     context: TurnContext,
     action_schema: dict[str, Any] | None,
     format_retries: int,
-) -> tuple[dict[str, Any], str, list[str], float]:
+) -> _Turn:
     errors: list[str] = []
-    model_s = 0.0
+    model_s = queue_s = 0.0
     while True:
         started = time.perf_counter()
         generation = await model.generate(GenerateRequest(list(trace.messages), sampling, context))
         elapsed = time.perf_counter() - started
-        model_s += elapsed
-        trace.model_time_s += elapsed
+        # a call queued behind others (a local model serves one at a time) is not model time
+        queued = min(max(generation.queue_s, 0.0), elapsed)
+        model_s += elapsed - queued
+        queue_s += queued
+        trace.model_time_s += elapsed - queued
+        trace.queue_time_s += queued
         trace.usage.add(generation.usage)
-        trace.messages.append(ChatMessage(role="assistant", content=generation.text))
+        reply = generation.text
+        trace.messages.append(ChatMessage(role="assistant", content=reply))
         try:
-            return parse_action(generation.text, action_schema), generation.text, errors, model_s
+            return _Turn(parse_action(reply, action_schema), reply, errors, model_s, queue_s)
         except AgentFormatError as exc:
             errors.append(str(exc))
             if len(errors) > format_retries:

@@ -198,6 +198,12 @@ class RunSummary(BaseModel):
     tokens: dict[str, int] = Field(default_factory=dict)
     mean_duration_s: float | None = None
     per_task: list[TaskSummary] = Field(default_factory=list)
+    model_time_s: float = 0.0
+    """Seconds the model worked, over every episode (queue wait not included)."""
+    queue_time_s: float = 0.0
+    """Seconds model calls waited for the model (a local model serves one call at a time)."""
+    tokens_per_s: float | None = None
+    """Completion tokens per second of model time; None without tokens or model time."""
 
 
 def summarize(records: Sequence[EpisodeRecord], *, n_planned: int | None = None) -> RunSummary:
@@ -249,6 +255,8 @@ def summarize(records: Sequence[EpisodeRecord], *, n_planned: int | None = None)
             passk[f"pass@{k}"] = math.fsum(pass_at_k(nj, c, k) for nj, c in usable) / len(usable)
             k *= 2
     steps = [r.num_steps for r in records if r.outcome != "infra_error"]
+    completion = sum(r.usage.completion_tokens for r in records)
+    model_time = math.fsum(r.model_time_s for r in records)
     return RunSummary(
         n_episodes=n,
         n_planned=n_planned,
@@ -266,11 +274,14 @@ def summarize(records: Sequence[EpisodeRecord], *, n_planned: int | None = None)
         mean_steps=math.fsum(steps) / len(steps) if steps else None,
         tokens={
             "prompt": sum(r.usage.prompt_tokens for r in records),
-            "completion": sum(r.usage.completion_tokens for r in records),
+            "completion": completion,
             "calls": sum(r.usage.calls for r in records),
         },
         mean_duration_s=math.fsum(r.duration_s for r in records) / n if n else None,
         per_task=per_task,
+        model_time_s=model_time,
+        queue_time_s=math.fsum(r.queue_time_s for r in records),
+        tokens_per_s=completion / model_time if completion and model_time > 0 else None,
     )
 
 
@@ -291,8 +302,9 @@ def read_results_table(path: Path, *, validate: bool = False) -> pyarrow.Table:
     ``seed``, ``outcome``, ``reward``, ``success``, ``env_reward``, ``error_type``,
     ``error_message``, ``attempts``, ``terminated``, ``truncated``, ``num_steps``,
     ``prompt_tokens``, ``completion_tokens``, ``model_calls``, ``duration_s``, ``env_time_s``,
-    ``model_time_s``, ``reward_components`` (list of ``name``, ``value``, ``weight``, ``gate``,
-    ``error``) and ``record_json``: the record's line as stored, without its line break.
+    ``model_time_s``, ``queue_time_s``, ``reward_components`` (list of ``name``, ``value``,
+    ``weight``, ``gate``, ``error``) and ``record_json``: the record's line as stored, without
+    its line break.
 
     The fast path checks that the file is UTF-8 JSON, one object per line, and the types and
     presence of the fields it returns; a file that fails any of that goes through
@@ -352,6 +364,7 @@ def read_results_table(path: Path, *, validate: bool = False) -> pyarrow.Table:
         ("duration_s", pa.float64(), None),
         ("env_time_s", pa.float64(), 0.0),
         ("model_time_s", pa.float64(), 0.0),
+        ("queue_time_s", pa.float64(), 0.0),
         ("reward_components", pa.list_(component), None),
         ("record_json", pa.large_string(), None),
     ]
@@ -443,6 +456,7 @@ def read_results_table(path: Path, *, validate: bool = False) -> pyarrow.Table:
             ("duration_s", pa.float64()),
             ("env_time_s", pa.float64()),
             ("model_time_s", pa.float64()),
+            ("queue_time_s", pa.float64()),
             ("reward_components", pa.list_(component)),
             # Parsed only to check that these required fields are present.
             ("started_at", pa.string()),

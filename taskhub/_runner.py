@@ -30,7 +30,7 @@ import httpx
 from pydantic import SecretStr
 
 from taskhub._agent import EpisodeTrace, run_episode
-from taskhub._episode import CAPACITY_WAIT_S, plan_episode, record_episode
+from taskhub._episode import CAPACITY_WAIT_S, EpisodePlan, plan_episode, record_episode
 from taskhub._errors import (
     AgentFormatError,
     ConfigError,
@@ -147,6 +147,8 @@ class _Plan:
     manifest: RunManifest | None = None
     done: set[tuple[str, int]] = field(default_factory=set)
     previous: list[EpisodeRecord] = field(default_factory=list)
+    task_hashes: dict[str, str] = field(default_factory=dict)
+    """Content hashes of the tasks played lately (their other samples reuse them)."""
 
     def items(self) -> Iterator[tuple[Task, int]]:
         for task in self.tasks:
@@ -157,6 +159,18 @@ class _Plan:
     @property
     def n_planned(self) -> int:
         return len(self.tasks) * self.config.samples
+
+
+@dataclass(frozen=True)
+class _Played:
+    """An episode played to its end (or its error), not yet scored."""
+
+    episode: EpisodePlan
+    trace: EpisodeTrace
+    error: BaseException | None
+    attempts: int
+    started_at: datetime
+    duration: float
 
 
 def _summary_row(record: EpisodeRecord) -> EpisodeRecord:
@@ -346,39 +360,78 @@ class _Runner:
 
     async def _fan_out(self) -> None:
         items = self.plan.items()
+        # Recording an episode (rewards, the line in episodes.jsonl) overlaps the next episode
+        # of its worker, whose requests wait on the env meanwhile; one record in the making per
+        # worker at most. --fail-fast records inline: it decides on the outcome before going on.
+        overlap = not self.config.fail_fast
 
         async def worker() -> None:
-            for task, sample in items:
-                if self.stop_reason:
-                    return
-                record = await self._episode(task, sample)
-                if self.stop_reason and record is None:
-                    return
-                assert record is not None and self.writer is not None
-                self.writer.write(record)
-                self.rows.append(_summary_row(record))
-                logger.info(
-                    "episode %s#%d: %s reward=%s steps=%d",
-                    record.task_id,
-                    record.sample,
-                    record.outcome,
-                    record.reward,
-                    record.num_steps,
-                )
-                if self.progress:
-                    self.progress.update(record)
-                if self.config.fail_fast and record.outcome != "scored":
-                    self.stop_reason = (
-                        f"--fail-fast: episode {record.task_id}#{sample} ended as {record.outcome}"
-                    )
+            recording: asyncio.Task[None] | None = None
+            try:
+                for task, sample in items:
+                    if self.stop_reason:
+                        return
+                    played = await self._play(task, sample)
+                    if recording is not None:
+                        await recording
+                        recording = None
+                    if played is None:
+                        return
+                    if overlap:
+                        recording = group.create_task(self._record(played))
+                    else:
+                        await self._record(played)
+            finally:
+                if recording is not None:
+                    await recording
 
         async with asyncio.TaskGroup() as group:
             for _ in range(self.config.concurrency):
                 group.create_task(worker())
 
-    async def _episode(self, task: Task, sample: int) -> EpisodeRecord | None:
+    async def _record(self, played: _Played) -> None:
+        """Score a played episode, write its record, report it."""
+        plan = self.plan
+        record = await record_episode(
+            played.episode,
+            played.trace,
+            played.error,
+            run_id=plan.run_id,
+            split=plan.split,
+            attempts=played.attempts,
+            started_at=played.started_at,
+            duration=played.duration,
+            rewards=plan.task_rewards[played.episode.task.task_id],
+            success_threshold=plan.success_threshold,
+        )
+        assert self.writer is not None
+        self.writer.write(record)
+        self.rows.append(_summary_row(record))
+        logger.info(
+            "episode %s#%d: %s reward=%s steps=%d",
+            record.task_id,
+            record.sample,
+            record.outcome,
+            record.reward,
+            record.num_steps,
+        )
+        if self.progress:
+            self.progress.update(record)
+        if self.config.fail_fast and record.outcome != "scored":
+            self.stop_reason = (
+                f"--fail-fast: episode {record.task_id}#{record.sample} ended as {record.outcome}"
+            )
+
+    async def _play(self, task: Task, sample: int) -> _Played | None:
+        """Play an episode, retrying infra errors; None when the run must stop (bad key)."""
         config, plan = self.config, self.plan
         assert self.pool is not None and self.model is not None
+        hashes = plan.task_hashes
+        task_hash = hashes.get(task.task_id)
+        if task_hash is None:  # once per task, however many samples it has
+            task_hash = hashes[task.task_id] = task.content_hash()
+            if len(hashes) > 4 * config.concurrency:  # samples of a task run close together
+                del hashes[next(iter(hashes))]
         episode = plan_episode(
             task,
             sample,
@@ -386,6 +439,7 @@ class _Runner:
             max_steps=config.max_steps,
             card_max_steps=plan.taskset.card.max_steps,
             model_seed=config.sampling.seed,
+            task_hash=task_hash,
         )
         sampling = config.sampling.model_copy(update={"seed": episode.model_seed})
         attempts = 0
@@ -450,17 +504,8 @@ class _Runner:
                 logger.info("episode %s#%d: %s; retrying", task.task_id, sample, error)
                 await asyncio.sleep(min(0.5 * 2 ** (attempts - 1), 10.0))
                 continue
-            return await record_episode(
-                episode,
-                trace,
-                error,
-                run_id=plan.run_id,
-                split=plan.split,
-                attempts=attempts,
-                started_at=started_at,
-                duration=time.perf_counter() - started,
-                rewards=plan.task_rewards[task.task_id],
-                success_threshold=plan.success_threshold,
+            return _Played(
+                episode, trace, error, attempts, started_at, time.perf_counter() - started
             )
 
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from jinja2 import StrictUndefined, Template, TemplateError
+from jinja2 import StrictUndefined, Template, TemplateError, meta
 from jinja2.sandbox import SandboxedEnvironment
 
 from taskhub._errors import ConfigError
@@ -65,6 +65,12 @@ class Templates:
     first: str
     step: str
     _compiled: dict[str, Template] = field(default_factory=dict, repr=False, compare=False)
+    reads: frozenset[str] = frozenset()
+    """The variables any of the templates reads: the agent loop computes only those."""
+    reads_in: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
+    """The variables each template (``system``, ``first``, ``step``) reads."""
+    _constant: dict[str, str | None] = field(default_factory=dict, repr=False, compare=False)
+    """Templates that read no variable, and their text once rendered (None until then)."""
 
     @classmethod
     def from_card(cls, card: TasksetCard) -> Templates:
@@ -78,13 +84,22 @@ class Templates:
             card.prompt_template or DEFAULT_PROMPT_TEMPLATE,
             card.step_template or DEFAULT_STEP_TEMPLATE,
         )
+        reads: set[str] = set()
         for name in ("system", "first", "step"):
+            source = getattr(templates, name)
             try:
-                templates._compiled[name] = _jinja.from_string(getattr(templates, name))
+                tree = _jinja.parse(source)
+                used = meta.find_undeclared_variables(tree)
+                templates._compiled[name] = _jinja.from_string(tree)
+                if not used:  # the same text every time: rendered once
+                    templates._constant[name] = None
+                templates.reads_in[name] = frozenset(used)
+                reads |= used
             except TemplateError as exc:
                 raise ConfigError(
                     f"taskset card {CARD_FIELDS[name]} does not compile: {exc}"
                 ) from None
+        templates.reads = frozenset(reads)
         return templates
 
     def render(self, which: str, **variables: Any) -> str:
@@ -93,9 +108,15 @@ class Templates:
         Raises:
             ConfigError: The template fails (an undefined variable, a sandbox violation).
         """
+        constant = self._constant.get(which)
+        if constant is not None:
+            return constant
         try:
-            return self._compiled[which].render(**variables).strip()
+            text = self._compiled[which].render(**variables).strip()
         except TemplateError as exc:
             raise ConfigError(
                 f"taskset card {CARD_FIELDS[which]} failed to render: {exc}"
             ) from None
+        if which in self._constant:
+            self._constant[which] = text
+        return text

@@ -113,9 +113,15 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One decoder for every frame: json.loads with a hook builds a new decoder per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _loads(text: str | bytes) -> Any:
     """Parse a frame strictly: NaN and Infinity are not JSON."""
-    return json.loads(text, parse_constant=_reject_constant)
+    if isinstance(text, bytes | bytearray):
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    return _DECODER.decode(text)
 
 
 def _as_reward(value: Any, where: str) -> float | None:

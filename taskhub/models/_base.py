@@ -40,11 +40,20 @@ class GenerateRequest:
 
 @dataclass
 class Generation:
-    """A model's reply."""
+    """A model's reply.
+
+    Attributes:
+        text: The reply.
+        usage: Tokens and calls it cost.
+        finish_reason: Why generation stopped (``stop``, ``length``...), when known.
+        queue_s: Seconds the call waited before the model worked on it (a local model serves
+            one call at a time): recorded as queue wait, apart from the model's time.
+    """
 
     text: str
     usage: Usage = field(default_factory=Usage)
     finish_reason: str | None = None
+    queue_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ evaluation would give it.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -22,7 +21,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from taskhub._agent import EpisodeTrace, public_action_schema, run_episode
+from taskhub._agent import EpisodeTrace, run_episode, template_variables
 from taskhub._episode import CAPACITY_WAIT_S, EpisodePlan, plan_episode, record_episode
 from taskhub._errors import AgentFormatError, ConfigError, EnvCapacityError, TaskhubError
 from taskhub._rewards import BoundReward, RewardSet
@@ -39,7 +38,6 @@ from taskhub.env._client import DEFAULT_MAX_FRAME_BYTES, EnvSession
 from taskhub.env._launch import DEFAULT_STARTUP_TIMEOUT_S, EnvHandle
 from taskhub.env._pool import SessionPool
 from taskhub.models._base import GenerateRequest, Generation, ModelBackend
-from taskhub.models._scripted import text_field
 
 logger = logging.getLogger(__name__)
 
@@ -271,15 +269,7 @@ class TrainingEnv:
 
     def template_variables(self, task: Task) -> dict[str, Any]:
         """The variables every prompt template of ``task`` sees, as the agent loop sets them."""
-        schema = self.info.action_schema if self.info is not None else None
-        public = public_action_schema(schema)
-        return {
-            "task": task.model_dump(exclude={"answer", "oracle_actions"}),
-            "prompt": task.prompt,
-            "action_schema": public,
-            "action_schema_json": json.dumps(public, indent=2) if public else "{}",
-            "text_field": text_field(schema),
-        }
+        return template_variables(task, self.info.action_schema if self.info is not None else None)
 
     def _rewards_for(self, task: Task) -> list[BoundReward]:
         if task.task_id not in self._task_rewards:
