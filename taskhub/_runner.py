@@ -17,7 +17,6 @@ import platform
 import random
 import re
 import secrets
-import ssl
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -66,6 +65,7 @@ from taskhub._schema import (
 )
 from taskhub._taskset import Taskset, load_taskset
 from taskhub._templates import Templates
+from taskhub._tls import default_ssl_context
 from taskhub._version import __version__
 from taskhub.env._launch import EnvHandle
 from taskhub.env._pool import SessionPool
@@ -509,14 +509,10 @@ class _Runner:
             )
 
 
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    # Loading the CA bundle costs ~15 ms: once per process, not once per run.
-    return ssl.create_default_context()
-
-
 def _make_http() -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=10.0), verify=_ssl_context())
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(30.0, connect=10.0), verify=default_ssl_context()
+    )
 
 
 async def evaluate_async(

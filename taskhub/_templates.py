@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,13 @@ def observation_text(observation: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=64)
+def _compile(source: str) -> tuple[Template, frozenset[str]]:
+    """Compile a template and find the variables it reads (once per text: compiling is slow)."""
+    tree = _jinja.parse(source)
+    return _jinja.from_string(tree), frozenset(meta.find_undeclared_variables(tree))
+
+
 @dataclass
 class Templates:
     """The prompt templates of a taskset, compiled once."""
@@ -86,19 +94,17 @@ class Templates:
         )
         reads: set[str] = set()
         for name in ("system", "first", "step"):
-            source = getattr(templates, name)
             try:
-                tree = _jinja.parse(source)
-                used = meta.find_undeclared_variables(tree)
-                templates._compiled[name] = _jinja.from_string(tree)
-                if not used:  # the same text every time: rendered once
-                    templates._constant[name] = None
-                templates.reads_in[name] = frozenset(used)
-                reads |= used
+                compiled, used = _compile(getattr(templates, name))
             except TemplateError as exc:
                 raise ConfigError(
                     f"taskset card {CARD_FIELDS[name]} does not compile: {exc}"
                 ) from None
+            templates._compiled[name] = compiled
+            if not used:  # the same text every time: rendered once
+                templates._constant[name] = None
+            templates.reads_in[name] = used
+            reads |= used
         templates.reads = frozenset(reads)
         return templates
 

@@ -383,9 +383,15 @@ class EnvHandle:
         else:
             assert target.url is not None
             urls = [split_base_url(target.url)[0]]
-        transport = await probe_transport(self.http, urls[0])
-        metadata = await _optional_json(self.http, urls[0], "/metadata")
-        schema = await _optional_json(self.http, urls[0], "/schema")
+        # three independent round trips, at once (the two reads never raise an EnvError)
+        reads = asyncio.gather(
+            _optional_json(self.http, urls[0], "/metadata"),
+            _optional_json(self.http, urls[0], "/schema"),
+        )
+        try:
+            transport = await probe_transport(self.http, urls[0])
+        finally:
+            metadata, schema = await reads
         action_schema = schema.get("action") if isinstance(schema, dict) else None
         self.info = EnvInfo(
             spec=target.spec,

@@ -15,6 +15,7 @@ import httpx
 from taskhub._errors import ConfigError, ModelAuthError, ModelError
 from taskhub._registry import model_backend
 from taskhub._schema import JsonObject, Usage
+from taskhub._tls import default_ssl_context
 from taskhub.models._base import GenerateRequest, Generation, ModelOptions
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class OpenAIChat:
         self._http = httpx.AsyncClient(
             headers=headers,
             timeout=httpx.Timeout(options.timeout_s, connect=min(10.0, options.timeout_s)),
+            verify=default_ssl_context(),
         )
         self.details: JsonObject = {"endpoint": self.base_url}
 
