@@ -9,12 +9,16 @@ as OpenEnv's client does:
 - ``openenv``: OpenEnv's own async client (``GenericEnvClient``), one per worker;
 - ``raw_fresh``: the raw loop opening a new connection per episode (for reference).
 
+``ledger`` measures tool episodes: MCP ``call_tool`` steps, listed tools offered as functions,
+scripted tool calls (native) recorded with their results.
+
 taskhub adds everything a real run does on top (taskset loading, prompt rendering, action
 parsing and validation, rewards, records written to disk). Measurements are interleaved, so
 drift of a shared machine hits every contender alike, and each figure is the median of the
 repeats.
 
-    python bench/runner.py [--samples 2] [--repeats 5] [--envs gridworld arith]
+    python bench/runner.py [--episodes 300] [--samples 1] [--repeats 5]
+        [--envs gridworld arith ledger]
 
 Prints episodes/s of each at 1 and 8 concurrent sessions, and the ratios taskhub / openenv
 (target >= 1.0) and taskhub / raw (target >= 0.9).
@@ -146,13 +150,13 @@ async def taskhub_run(
 CONTENDERS = ("taskhub", "openenv", "raw", "raw_fresh")
 
 
-async def bench(name: str, samples: int, repeats: int) -> list[dict[str, Any]]:
+async def bench(name: str, n: int, samples: int, repeats: int) -> list[dict[str, Any]]:
     server = launch_server(builtin_envs()[name], max_sessions=16)
     rows = []
     try:
         async with httpx.AsyncClient() as http:
             await wait_healthy(http, server.url, server=server)
-        tasks = list(load_taskset(name).tasks("train"))
+        tasks = list(load_taskset(name).tasks("train"))[:n]
         episodes = len(tasks) * samples
         steps = sum(len(oracle_actions(t)) for t in tasks) * samples
         with tempfile.TemporaryDirectory() as tmp:
@@ -190,17 +194,21 @@ async def bench(name: str, samples: int, repeats: int) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--samples",
+        "--episodes",
         type=int,
-        default=2,
-        help="episodes per train task (arith has 300 train tasks, gridworld 200)",
+        default=300,
+        help="train tasks per measurement (at most the train split: 300 arith, 200 gridworld, "
+        "200 ledger)",
+    )
+    parser.add_argument(
+        "--samples", type=int, default=1, help="episodes per task (one session plays several)"
     )
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--envs", nargs="+", default=["gridworld", "arith"])
+    parser.add_argument("--envs", nargs="+", default=["gridworld", "arith", "ledger"])
     args = parser.parse_args()
     rows = []
     for name in args.envs:
-        rows += asyncio.run(bench(name, args.samples, args.repeats))
+        rows += asyncio.run(bench(name, args.episodes, args.samples, args.repeats))
     header = f"{'env':<10} {'conc':>4} {'episodes':>8} {'steps':>6} " + " ".join(
         f"{k + ' ep/s':>14}" for k in CONTENDERS
     )

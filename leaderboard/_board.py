@@ -1,6 +1,6 @@
 """The leaderboard as data: runs grouped into models x taskset revisions, envs with their reports.
 
-``assemble`` reads every run once (``taskhub.read_results_table``) and computes every number the
+``assemble`` reads every run once (``taskhub.iter_results_tables``) and computes every number the
 site shows; rendering (``_site``) only formats them. A cell is keyed by (model spec, sampling
 parameters) x (taskset name, resolved commit or content fingerprint, split): two revisions of a
 taskset are two columns, and runs are pooled only when all of that matches (shards of one
@@ -14,11 +14,19 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 
-from taskhub import RunManifest, ValidationReport, read_results_table, wilson_interval
+from taskhub import (
+    RunManifest,
+    ValidationReport,
+    iter_results_tables,
+    results_schema,
+    wilson_interval,
+)
 
+from ._episodes import EPISODE_COLUMNS
 from ._inputs import Inputs
 from ._stats import STAT_COLUMNS, Stats, overlaps, rank_with_ties, summarize_table
 
@@ -253,19 +261,32 @@ class Board:
     """Ranked by validation quality."""
 
 
+class EpisodeSink(Protocol):
+    """Receives a run's episodes block by block (``_episodes.EpisodeWriter``)."""
+
+    def add(self, table: pa.Table) -> None:
+        """Take the next block: rows of ``read_results_table`` with ``EPISODE_COLUMNS``."""
+
+    def close(self) -> object:
+        """The run is read."""
+
+
 def assemble(
     inputs: Inputs,
     *,
     validate: bool = False,
-    each_run: Callable[[RunEntry], None] | None = None,
+    episodes: Callable[[RunEntry], EpisodeSink] | None = None,
 ) -> Board:
     """Read every run and compute the leaderboard.
+
+    Each run is read once, a block of records at a time, so that runs of any size fit in
+    memory: the statistics keep their few columns, and ``episodes`` gets the full records.
 
     Args:
         inputs: What ``resolve_inputs`` found.
         validate: Validate every episode record in full (slow; see ``read_results_table``).
-        each_run: Called with each run as soon as it is read, while its table still holds the
-            ``record_json`` column, which is dropped afterwards to keep memory flat.
+        episodes: Called with each run before it is read; what it returns receives the run's
+            records (``EPISODE_COLUMNS``) block by block, and is closed after the last.
 
     Returns:
         The board.
@@ -275,17 +296,24 @@ def assemble(
     """
     runs: list[RunEntry] = []
     for source in inputs.runs:
-        table = read_results_table(source.results, validate=validate)
-        stats = summarize_table(table.select(STAT_COLUMNS), n_planned=source.manifest.n_planned)
+        manifest = source.manifest
         entry = RunEntry(
-            manifest=source.manifest,
-            slug=slug(source.manifest.run_id, source.manifest.run_id),
-            table=table,
-            stats=stats,
+            manifest=manifest,
+            slug=slug(manifest.run_id, manifest.run_id),
+            table=pa.table({}),
+            stats=summarize_table(results_schema(STAT_COLUMNS).empty_table()),
         )
-        if each_run is not None:
-            each_run(entry)
-        entry.table = table.drop_columns(["record_json"])
+        sink = episodes(entry) if episodes is not None else None
+        wanted = list(dict.fromkeys([*STAT_COLUMNS, *(EPISODE_COLUMNS if sink else ())]))
+        parts = [results_schema(STAT_COLUMNS).empty_table()]
+        for table in iter_results_tables(source.results, columns=wanted, validate=validate):
+            if sink is not None:
+                sink.add(table.select(list(EPISODE_COLUMNS)))
+            parts.append(table.select(list(STAT_COLUMNS)))
+        if sink is not None:
+            sink.close()
+        entry.table = pa.concat_tables(parts).combine_chunks()
+        entry.stats = summarize_table(entry.table, n_planned=manifest.n_planned)
         runs.append(entry)
 
     models: dict[str, ModelRow] = {}

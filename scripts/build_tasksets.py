@@ -1,13 +1,13 @@
 """Write the built-in tasksets' data files with the reference envs' own generators.
 
-    python scripts/build_tasksets.py           # (re)write tasksets/{arith,gridworld}/data/*.jsonl
+    python scripts/build_tasksets.py           # (re)write tasksets/*/data/*.jsonl
     python scripts/build_tasksets.py --check   # exit 1 when a file differs from what it would write
 
 The output is deterministic: rerunning the script reproduces the files byte for byte. Rows are
 interleaved (every family/difficulty, or size/difficulty, cell once, then again...) so that the
 first rows of a split already cover every cell. Train and test use disjoint seeds, and a
 question (or maze) that already appeared in either split is skipped, so no test item is a copy of
-a train item.
+a train item. The ledger rows are the tasks the ledger env serves over OpenEnv's Task API.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from taskhub._envs.arith.server.arith_environment import (  # noqa: E402
     generate_problem,
 )
 from taskhub._envs.gridworld.server.gridworld_environment import generate_maze  # noqa: E402
+from taskhub._envs.ledger.server.ledger_environment import tasks_of_split  # noqa: E402
 from taskhub._schema import Task  # noqa: E402
 
 TASKSETS = ROOT / "tasksets"
@@ -103,6 +104,35 @@ def gridworld_tasks() -> dict[str, list[Task]]:
     }
 
 
+def ledger_tasks() -> dict[str, list[Task]]:
+    """Return the rows of the ``ledger`` taskset by split: the env's own Task API tasks."""
+    splits: dict[str, list[Task]] = {}
+    for split in ("train", "test"):
+        rows = []
+        for entry in tasks_of_split(split):
+            problem = entry.problem
+            rows.append(
+                Task(
+                    task_id=entry.task_id,
+                    reset={
+                        "seed": problem.seed,
+                        "family": problem.family,
+                        "difficulty": problem.difficulty,
+                    },
+                    answer=problem.answer,
+                    oracle_actions=problem.oracle_calls(),
+                    metadata={
+                        "family": problem.family,
+                        "difficulty": problem.difficulty,
+                        "question": problem.question,
+                        "items": list(problem.needed),
+                    },
+                )
+            )
+        splits[split] = rows
+    return splits
+
+
 def render_jsonl(tasks: list[Task]) -> str:
     """Serialize tasks as JSON Lines, one row per line, defaults omitted."""
     return "".join(json.dumps(task.to_row(), ensure_ascii=False) + "\n" for task in tasks)
@@ -111,7 +141,9 @@ def render_jsonl(tasks: list[Task]) -> str:
 def build() -> dict[Path, str]:
     """Return every data file of the built-in tasksets: path -> content."""
     files = {}
-    for name, splits in (("arith", arith_tasks()), ("gridworld", gridworld_tasks())):
+    builders = (("arith", arith_tasks), ("gridworld", gridworld_tasks), ("ledger", ledger_tasks))
+    for name, tasks_of in builders:
+        splits = tasks_of()
         for split, tasks in splits.items():
             files[TASKSETS / name / "data" / f"{split}.jsonl"] = render_jsonl(tasks)
     return files

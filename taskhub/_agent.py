@@ -18,16 +18,21 @@ from typing import Any, TypeVar
 import jsonschema
 from pydantic import BaseModel
 
-from taskhub._errors import AgentFormatError, EnvProtocolError
+from taskhub._errors import AgentFormatError, EnvError, EnvExecutionError, EnvProtocolError
+from taskhub._limits import loads_bounded
 from taskhub._schema import (
     ChatMessage,
     SamplingParams,
     StepRecord,
     Task,
+    ToolCall,
+    ToolSpec,
     Usage,
 )
 from taskhub._templates import Templates, observation_text
+from taskhub._tools import Toolbox, text_call_instructions
 from taskhub.env._client import EnvSession, StepResult
+from taskhub.env._tools import tool_result
 from taskhub.models._base import GenerateRequest, ModelBackend, TurnContext
 from taskhub.models._scripted import action_properties, text_field
 
@@ -114,34 +119,18 @@ def _facts(schema: dict[str, Any] | None) -> _SchemaFacts:
     return facts
 
 
-def template_variables(
-    task: Task, action_schema: dict[str, Any] | None, reads: frozenset[str] | None = None
+def parse_action(
+    reply: str,
+    schema: dict[str, Any] | None,
+    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The variables every prompt template of ``task`` sees (``reads``: only those).
-
-    Args:
-        task: The task (its answer and oracle actions are left out).
-        action_schema: The env's action schema.
-        reads: The variable names the templates read (``Templates.reads``); None for all.
-    """
-    facts = _facts(action_schema)
-    variables: dict[str, Any] = {
-        "prompt": task.prompt,
-        "action_schema": facts.public,
-        "action_schema_json": facts.public_json,
-        "text_field": facts.text_field,
-    }
-    if reads is None or "task" in reads:
-        variables["task"] = task.model_dump(exclude={"answer", "oracle_actions"})
-    return variables
-
-
-def parse_action(reply: str, schema: dict[str, Any] | None) -> dict[str, Any]:
     """Turn a model reply into an action that satisfies ``schema``.
 
     Tries, in order, and returns the first reading that satisfies the schema: the whole reply as
     a JSON object; a fenced JSON block; a JSON object inside the text; for a single-string-field
     action, the plain text; for a single enum field, the one option the reply names.
+    ``normalize`` rewrites each JSON object read before it is checked (a tool call written
+    ``{"name": ..., "args": ...}`` read as ``{"tool_name": ..., "arguments": ...}``).
 
     Raises:
         AgentFormatError: No reading of the reply gives a valid action.
@@ -153,6 +142,8 @@ def parse_action(reply: str, schema: dict[str, Any] | None) -> dict[str, Any]:
     found_object = False
     for candidate in _readings(text, schema):
         found_object = True
+        if normalize is not None:
+            candidate = normalize(candidate)
         error = validate_action(candidate, schema)
         if error is None:
             return candidate
@@ -175,8 +166,8 @@ def _readings(text: str, schema: dict[str, Any] | None) -> Iterator[dict[str, An
 
     for chunk in objects():
         try:
-            value = json.loads(chunk)
-        except (json.JSONDecodeError, ValueError):
+            value = loads_bounded(chunk)
+        except ValueError:
             continue
         if isinstance(value, dict):
             had_field = had_field or (field is not None and field in value)
@@ -406,123 +397,328 @@ async def run_episode(
     format_retries: int,
     episode_seed: int,
     trace: EpisodeTrace,
+    toolbox: Toolbox | None = None,
 ) -> None:
     """Play one episode into ``trace``.
+
+    With a ``toolbox``, a model whose backend calls functions natively (``tool_calling =
+    "native"``) is offered the env's actions as functions; each call it makes is one step, and
+    the observation goes back to it as the call's ``tool`` message. Replies in text are read
+    against ``toolbox.text_schema`` (a tool env's calls written as JSON).
 
     Raises:
         EnvError: The env failed (the trace keeps what happened before).
         ModelError: The model failed after its own retries.
-        AgentFormatError: Replies stayed unusable after ``format_retries`` corrections.
+        AgentFormatError: Replies stayed unusable after ``format_retries`` corrections, or the
+            env rejected an action as invalid.
     """
     started = time.perf_counter()
     result = await session.reset(**reset_payload)
     trace.env_time_s += time.perf_counter() - started
     trace.initial = result
-    reads = templates.reads
-    variables = template_variables(task, action_schema, reads)
-    system = templates.render("system", **variables)
+    mcp = toolbox is not None and toolbox.mcp
+    native = toolbox is not None and getattr(model, "tool_calling", "text") == "native"
+    variables = template_variables(
+        task, action_schema, toolbox, native=native, reads=templates.reads
+    )
+    system = await templates.render_async("system", **variables)
     if system:
         trace.messages.append(ChatMessage(role="system", content=system))
+    reader = _Reader(toolbox, action_schema, format_retries)
+    env_tools = toolbox.tools if toolbox is not None and toolbox.tools else ()
+    # an observation's text is built only for a template that shows it
     text_in_first = "observation_text" in templates.reads_in["first"]
     text_in_step = "observation_text" in templates.reads_in["step"]
     observation, reward = result.observation, None
-    for index in range(max_steps):
-        if result.done:
-            break
-        shown = {
-            **variables,
-            "observation": observation,
-            "observation_text": observation_text(observation)
-            if (text_in_step if index else text_in_first)
-            else "",
-            "reward": reward,
-            "step": index,
-        }
-        trace.messages.append(
-            ChatMessage(
-                role="user", content=templates.render("first" if index == 0 else "step", **shown)
-            )
+    index = 0
+    answered = False  # whether the last observation went back to the model as tool messages
+    while index < max_steps and not result.done:
+        if not answered:
+            shown = {
+                **variables,
+                "observation": observation,
+                "observation_text": _observation_text(observation, mcp)
+                if (text_in_step if index else text_in_first)
+                else "",
+                "reward": reward,
+                "step": index,
+            }
+            content = await templates.render_async("first" if index == 0 else "step", **shown)
+            trace.messages.append(ChatMessage(role="user", content=content))
+        context = TurnContext(task, observation, action_schema, index, episode_seed, env_tools)
+        offered = (
+            toolbox.functions
+            if toolbox is not None and getattr(model, "tool_calling", "text") == "native"
+            else None
         )
-        context = TurnContext(task, observation, action_schema, index, episode_seed)
-        turn = await _next_action(model, trace, sampling, context, action_schema, format_retries)
-        action, reply = turn.action, turn.reply
-        started = time.perf_counter()
-        try:
-            result = await session.step(action)
-        except EnvProtocolError as exc:
-            if exc.code != "VALIDATION_ERROR":
-                raise
-            # the env rejected an action our schema check let through: the agent's fault
-            raise AgentFormatError(
-                f"the env rejected the action {action!r}: {exc}", reply=reply
-            ) from None
-        latency = time.perf_counter() - started
-        trace.env_time_s += latency
-        # Everything here is already typed (the observation came out of json.loads), so the
-        # record is built without re-validating it: this loop is the runner's hot path.
-        trace.steps.append(
-            trusted(
-                StepRecord,
-                index=index,
-                action=action,
-                observation=result.observation,
-                reward=result.reward,
-                done=result.done,
-                metadata=result.metadata,
-                reply=reply,
-                latency_s=latency,
-                model_latency_s=turn.model_s,
-                format_errors=turn.format_errors,
-                queue_time_s=turn.queue_s,
-            )
+        turn = await reader.read(model, trace, sampling, context, offered)
+        reply, format_errors, model_s, queue_s = (
+            turn.reply,
+            turn.format_errors,
+            turn.model_s,
+            turn.queue_s,
         )
-        observation, reward = result.observation, result.reward
+        answered = False
+        for action, call in turn.moves:
+            if index >= max_steps or result.done:
+                break  # the reply's later calls are not run: the episode is over
+            started = time.perf_counter()
+            try:
+                result = await session.step(action)
+            except (EnvProtocolError, EnvExecutionError) as exc:
+                if not rejects_action(exc, action):
+                    raise
+                # the env refused the action itself: the agent's fault, not the env's
+                raise AgentFormatError(
+                    f"the env rejected the action {action!r}: {exc}", reply=reply
+                ) from None
+            latency = time.perf_counter() - started
+            trace.env_time_s += latency
+            tool_text = tool_error = None
+            if mcp and "tool_name" in result.observation:
+                tool_text, tool_error = tool_result(result.observation)
+            if toolbox is not None and call is None and mcp:
+                call = toolbox.call(action)
+            # Everything here is already typed (the observation came out of loads_bounded, the
+            # rest from this loop), so the record is built without re-validating it: this loop
+            # is the runner's hot path.
+            trace.steps.append(
+                trusted(
+                    StepRecord,
+                    index=index,
+                    action=action,
+                    observation=result.observation,
+                    reward=result.reward,
+                    done=result.done,
+                    metadata=result.metadata,
+                    reply=reply,
+                    latency_s=latency,
+                    model_latency_s=model_s,
+                    format_errors=format_errors,
+                    queue_time_s=queue_s,
+                    tool_call=call,
+                    tool_result=tool_text,
+                    tool_error=tool_error,
+                )
+            )
+            format_errors, model_s, queue_s = [], 0.0, 0.0
+            index += 1
+            observation, reward = result.observation, result.reward
+            if call is not None and call.id is not None and reader.called:
+                if tool_text is not None:
+                    text = tool_text
+                else:
+                    text = observation_text(observation) if text_in_step else ""
+                step_turn = {
+                    **variables,
+                    "observation": observation,
+                    "observation_text": text,
+                    "reward": reward,
+                    "step": index,
+                }
+                content = await templates.render_async("step", **step_turn)
+                trace.messages.append(
+                    ChatMessage(role="tool", content=content, tool_call_id=call.id)
+                )
+                answered = True
     trace.terminated = result.done
     trace.truncated = not result.done
 
 
+def template_variables(
+    task: Task,
+    action_schema: dict[str, Any] | None,
+    toolbox: Toolbox | None = None,
+    *,
+    native: bool = False,
+    reads: frozenset[str] | None = None,
+) -> dict[str, Any]:
+    """The variables every prompt template of ``task`` sees (training renders with them too).
+
+    Args:
+        task: The task (its answer and oracle actions are left out).
+        action_schema: The env's action schema.
+        toolbox: The env's toolbox; a tool env's functions are given as ``tools``.
+        native: Whether the model is offered the functions natively.
+        reads: The variable names the templates read (``Templates.reads``): the costly ones
+            (``task``, ``tools``, ``tool_instructions``) are computed only when read. None
+            computes them all.
+    """
+    facts = _facts(action_schema)
+    mcp = toolbox is not None and toolbox.mcp
+    variables: dict[str, Any] = {
+        "prompt": task.prompt,
+        "action_schema": facts.public,
+        "action_schema_json": facts.public_json,
+        "text_field": facts.text_field,
+        "tool_calling": "native" if native else "text",
+    }
+    if reads is None or "task" in reads:
+        variables["task"] = task.model_dump(exclude={"answer", "oracle_actions"})
+    if reads is None or "tools" in reads:
+        variables["tools"] = (
+            [f.model_dump() for f in toolbox.functions] if toolbox and mcp else None
+        )
+    if reads is None or "tool_instructions" in reads:
+        variables["tool_instructions"] = (
+            text_call_instructions(toolbox.functions) if toolbox and mcp else ""
+        )
+    return variables
+
+
+def _observation_text(observation: dict[str, Any], mcp: bool) -> str:
+    """A tool call's observation as its result text; any other as ``key: value`` lines."""
+    if mcp and "tool_name" in observation:
+        return tool_result(observation)[0]
+    return observation_text(observation)
+
+
+#: Messages that say why an env refused an action (``37 is not a valid Action``).
+_REFUSAL = re.compile(
+    r"\b(invalid|illegal|not (?:a |an )?(?:valid|legal|allowed|permitted)|unknown|unsupported"
+    r"|out of (?:range|bounds))\b",
+    re.IGNORECASE,
+)
+_ACTION_WORDS = re.compile(r"\b(action|move)s?\b", re.IGNORECASE)
+
+
+def rejects_action(error: EnvError, action: dict[str, Any]) -> bool:
+    """Whether an env's error on ``step`` refuses the action itself (the agent's error).
+
+    A ``VALIDATION_ERROR`` frame, or an HTTP 4xx, always does. An ``EXECUTION_ERROR`` (or an
+    HTTP 500) does when its message says the action is invalid: it names the action (``not a
+    valid Action``) or one of its values (``column 9 is out of range``).
+    """
+    code = error.code or ""
+    if code == "VALIDATION_ERROR" or (code.isdigit() and 400 <= int(code) < 500):
+        return True
+    if not isinstance(error, EnvExecutionError | EnvProtocolError) or code == "FRAME_TOO_LARGE":
+        return False
+    message = str(error)
+    if not _REFUSAL.search(message):
+        return False
+    if _ACTION_WORDS.search(message):
+        return True
+    values = [str(v) for v in _leaves(action) if str(v)]
+    return any(re.search(rf"(?<![\w.]){re.escape(v)}(?![\w.])", message) for v in values)
+
+
+def _leaves(value: Any, depth: int = 0) -> Iterator[Any]:
+    if depth > 4:
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key not in ("metadata", "type"):
+                yield from _leaves(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value[:16]:
+            yield from _leaves(item, depth + 1)
+    elif isinstance(value, str | int | float) and not isinstance(value, bool):
+        if not isinstance(value, str) or len(value) <= 100:
+            yield value
+
+
 @dataclass(frozen=True)
 class _Turn:
-    """The model's part of one step: the action, and what getting it took."""
+    """The model's part of a turn: the actions its reply asks for, and what getting them took."""
 
-    action: dict[str, Any]
+    moves: list[tuple[dict[str, Any], ToolCall | None]]
+    """Each action, with the tool call it came from (None for a reply in text)."""
     reply: str
     format_errors: list[str]
     model_s: float
-    """Seconds the model worked on the step's calls."""
+    """Seconds the model worked on the turn's calls."""
     queue_s: float
     """Seconds those calls waited for the model before it worked on them."""
 
 
-async def _next_action(
-    model: ModelBackend,
-    trace: EpisodeTrace,
-    sampling: SamplingParams,
-    context: TurnContext,
-    action_schema: dict[str, Any] | None,
-    format_retries: int,
-) -> _Turn:
-    errors: list[str] = []
-    model_s = queue_s = 0.0
-    while True:
-        started = time.perf_counter()
-        generation = await model.generate(GenerateRequest(list(trace.messages), sampling, context))
-        elapsed = time.perf_counter() - started
-        # a call queued behind others (a local model serves one at a time) is not model time
-        queued = min(max(generation.queue_s, 0.0), elapsed)
-        model_s += elapsed - queued
-        queue_s += queued
-        trace.model_time_s += elapsed - queued
-        trace.queue_time_s += queued
-        trace.usage.add(generation.usage)
-        reply = generation.text
-        trace.messages.append(ChatMessage(role="assistant", content=reply))
-        try:
-            return _Turn(parse_action(reply, action_schema), reply, errors, model_s, queue_s)
-        except AgentFormatError as exc:
-            errors.append(str(exc))
-            if len(errors) > format_retries:
-                raise
-            trace.messages.append(
-                ChatMessage(role="user", content=FORMAT_RETRY_MESSAGE.format(error=exc))
+@dataclass
+class _Reader:
+    """Turns a model's replies into actions: tool calls, or text read against a schema."""
+
+    toolbox: Toolbox | None
+    action_schema: dict[str, Any] | None
+    format_retries: int
+    called: bool = False
+    """Whether the last reply was read from tool calls (their results go in tool messages)."""
+
+    async def read(
+        self,
+        model: ModelBackend,
+        trace: EpisodeTrace,
+        sampling: SamplingParams,
+        context: TurnContext,
+        offered: tuple[ToolSpec, ...] | None,
+    ) -> _Turn:
+        errors: list[str] = []
+        model_s = queue_s = 0.0
+        box = self.toolbox
+        schema = box.text_schema if box is not None else self.action_schema
+        normalize = box.normalize if box is not None else None
+        while True:
+            started = time.perf_counter()
+            generation = await model.generate(
+                GenerateRequest(list(trace.messages), sampling, context, offered)
             )
+            elapsed = time.perf_counter() - started
+            # a call queued behind others (a local model serves one at a time) is not model time
+            queued = min(max(generation.queue_s, 0.0), elapsed)
+            model_s += elapsed - queued
+            queue_s += queued
+            trace.model_time_s += elapsed - queued
+            trace.queue_time_s += queued
+            trace.usage.add(generation.usage)
+            if generation.finish_reason == "cut":  # stored cut and marked, never sent to the env
+                trace.messages.append(ChatMessage(role="assistant", content=generation.text))
+                raise AgentFormatError(
+                    "the reply was over the model's reply size limit: it was cut and not used",
+                    reply=generation.text[-200:],
+                )
+            if generation.tool_calls and box is not None:
+                calls = [
+                    c if c.id else c.model_copy(update={"id": f"call_{context.step}_{n}"})
+                    for n, c in enumerate(generation.tool_calls)
+                ]
+                trace.messages.append(
+                    ChatMessage(role="assistant", content=generation.text, tool_calls=calls)
+                )
+                reply = generation.text or json.dumps(
+                    [{"tool_name": c.name, "arguments": c.arguments} for c in calls]
+                )
+                moves: list[tuple[dict[str, Any], ToolCall | None]] = []
+                problem: AgentFormatError | None = None
+                for call in calls:
+                    try:
+                        moves.append((box.action(call), call))
+                    except AgentFormatError as exc:
+                        problem = problem or exc
+                if problem is None:
+                    self.called = True
+                    return _Turn(moves, reply, errors, model_s, queue_s)
+                errors.append(str(problem))
+                # every call of the reply is answered: none of them was run
+                for call in calls:
+                    try:
+                        box.action(call)
+                        text = "Not run: another call of this reply could not be used."
+                    except AgentFormatError as exc:
+                        text = FORMAT_RETRY_MESSAGE.format(error=exc)
+                    trace.messages.append(
+                        ChatMessage(role="tool", content=text, tool_call_id=call.id)
+                    )
+                if len(errors) > self.format_retries:
+                    raise problem
+                continue
+            trace.messages.append(ChatMessage(role="assistant", content=generation.text))
+            try:
+                action = parse_action(generation.text, schema, normalize)
+            except AgentFormatError as exc:
+                errors.append(str(exc))
+                if len(errors) > self.format_retries:
+                    raise
+                trace.messages.append(
+                    ChatMessage(role="user", content=FORMAT_RETRY_MESSAGE.format(error=exc))
+                )
+                continue
+            self.called = False
+            return _Turn([(action, None)], generation.text, errors, model_s, queue_s)

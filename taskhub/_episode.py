@@ -159,7 +159,7 @@ async def record_episode(
         reward=None,
         success=None,
         reward_components=[],
-        env_reward=sum(s.reward or 0.0 for s in trace.steps) if initial else None,
+        env_reward=_env_reward(trace) if initial else None,
         error=ErrorInfo.from_exception(error) if error is not None else None,
         attempts=attempts,
         terminated=trace.terminated,
@@ -191,3 +191,11 @@ async def record_episode(
     elif total is not None:
         record.success = total >= success_threshold
     return record
+
+
+def _env_reward(trace: EpisodeTrace) -> float | None:
+    """Sum of the step rewards the env gave; None when every step's reward was null."""
+    given = [s.reward for s in trace.steps if s.reward is not None]
+    if trace.steps and not given:
+        return None
+    return float(sum(given))

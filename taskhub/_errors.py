@@ -3,14 +3,16 @@
 ```
 TaskhubError
 ├── ConfigError
-├── TasksetError        ── TasksetNotFound, SchemaError
+├── TasksetError        ── TasksetNotFound, SchemaError, RemoteCodeError
 ├── EnvError            ── EnvConnectError, EnvProtocolError, EnvExecutionError, EnvTimeout,
 │                          EnvCapacityError, EnvClosedError, EnvLaunchError
+│   └── EnvProtocolError ── TaskApiUnsupported
 ├── ModelError          ── ModelAuthError
 ├── AgentFormatError
 ├── PluginError         ── UnknownPluginError, MissingDependencyError
 ├── RewardError
-└── ResultsError
+├── ResultsError
+└── ExecutorError
 ```
 
 Errors carry their context as attributes (``task_id``, ``env_url``, ``code``...) so that the
@@ -72,6 +74,18 @@ class SchemaError(TasksetError):
         self.split = split
 
 
+class RemoteCodeError(TasksetError):
+    """Raised when a taskset's rows or card would run code the user has not said to trust.
+
+    Attributes:
+        specs: Each offending spec with where it comes from (``card rewards: python:m:f``).
+    """
+
+    def __init__(self, message: str, *, specs: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.specs = list(specs)
+
+
 class EnvError(TaskhubError):
     """Raised when talking to an environment server fails.
 
@@ -102,6 +116,10 @@ class EnvProtocolError(EnvError):
     """
 
     retryable = False
+
+
+class TaskApiUnsupported(EnvProtocolError):
+    """Raised when an env does not serve the OpenEnv Task API route asked for (HTTP 501, 404)."""
 
 
 class EnvExecutionError(EnvError):
@@ -190,3 +208,9 @@ class ResultsError(TaskhubError):
     """Raised when a run directory or results file cannot be read or written."""
 
     boundary = "results"
+
+
+class ExecutorError(TaskhubError):
+    """Raised when an executor loses every worker before a run's episodes are played."""
+
+    boundary = "executor"

@@ -8,9 +8,10 @@ last line; ``--resume`` truncates it before appending.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,22 +20,28 @@ from typing import IO, TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from taskhub._errors import ResultsError
+from taskhub._results_table import EPISODES as EPISODES
+from taskhub._results_table import IndexWriter
 from taskhub._schema import OUTCOMES, EpisodeRecord, RunManifest
 from taskhub._stats import mean_ci, pass_at_k, success_interval
 
 if TYPE_CHECKING:
     import pyarrow
 
+logger = logging.getLogger(__name__)
+
 MANIFEST = "run.json"
-EPISODES = "episodes.jsonl"
 
 
 def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
     """Write ``run.json`` atomically (a reader never sees half a manifest)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / f".{MANIFEST}.tmp"
-    tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, run_dir / MANIFEST)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, run_dir / MANIFEST)
+    except OSError as exc:
+        raise ResultsError(f"cannot write {run_dir / MANIFEST}: {exc.strerror or exc}") from None
 
 
 def read_manifest(run_dir: Path) -> RunManifest:
@@ -55,21 +62,43 @@ def read_manifest(run_dir: Path) -> RunManifest:
 
 
 class ResultsWriter:
-    """Appends episode records to ``episodes.jsonl``, one flushed line each."""
+    """Appends episode records to ``episodes.jsonl``, one flushed line each, and their index.
+
+    The index (``episodes.index.csv``, see ``taskhub._results_table``) gets each record's row
+    right after its line, so that large runs are read fast without parsing every trajectory.
+    """
 
     def __init__(self, path: Path) -> None:
         """Open ``path`` for appending (created if missing)."""
         self.path = path
-        self._file: IO[str] = path.open("a", encoding="utf-8")
+        self._file: IO[bytes] = path.open("ab")
+        self._offset = self._file.tell()
+        self._index = IndexWriter(path)
 
     def write(self, record: EpisodeRecord) -> None:
-        """Append one record and flush it to the OS."""
-        self._file.write(record.model_dump_json() + "\n")
-        self._file.flush()
+        """Append one record and flush it to the OS.
+
+        Raises:
+            ValueError: The record cannot be serialized (nothing was written).
+            ResultsError: The file cannot be written (disk full...).
+        """
+        line = (record.model_dump_json() + "\n").encode("utf-8")
+        try:
+            self._file.write(line)
+            self._file.flush()
+            self._index.write(record, self._offset, len(line))
+        except OSError as exc:
+            raise ResultsError(
+                f"cannot write {self.path}: {exc.strerror or exc}; the episodes written so far "
+                "are kept: free the space, then finish with `taskhub eval --resume "
+                f"{self.path.parent}`"
+            ) from None
+        self._offset += len(line)
 
     def close(self) -> None:
         """Close the file."""
         self._file.close()
+        self._index.close()
 
     def __enter__(self) -> ResultsWriter:
         return self
@@ -117,9 +146,67 @@ def iter_results(path: Path) -> Iterator[EpisodeRecord]:
                 ) from None
 
 
+@dataclass(frozen=True)
+class Deduplicated:
+    """Records with one per (task, sample), and what was dropped to get there."""
+
+    records: list[EpisodeRecord]
+    """The record kept for each (task, sample), in file order."""
+    duplicates: int = 0
+    """Extra records of an episode that already had a usable one (two writers at once)."""
+    retried: int = 0
+    """``infra_error`` records that a later attempt of the same episode replaced (history)."""
+
+
+def deduplicate(records: Iterable[EpisodeRecord]) -> Deduplicated:
+    """Keep one record per (task, sample): the newest usable one, else the newest.
+
+    An ``infra_error`` followed by another attempt (``--resume --retry infra``) is history and
+    counts as ``retried``; two usable records of one episode (two writers of one run) count as
+    ``duplicates``. Neither is ever counted twice.
+    """
+    kept: dict[tuple[str, int], EpisodeRecord] = {}
+    order: dict[tuple[str, int], int] = {}
+    duplicates = retried = 0
+    for index, record in enumerate(records):
+        key = record.key()
+        old = kept.get(key)
+        if old is None:
+            kept[key], order[key] = record, index
+            continue
+        if old.outcome == "infra_error":
+            retried += 1
+            kept[key], order[key] = record, index
+        elif record.outcome == "infra_error":
+            retried += 1
+        else:
+            duplicates += 1
+            kept[key], order[key] = record, index
+    ordered = sorted(kept, key=order.__getitem__)
+    return Deduplicated([kept[key] for key in ordered], duplicates, retried)
+
+
 def read_results(path: Path) -> list[EpisodeRecord]:
-    """Return every record of a results file or run directory (see ``iter_results``)."""
-    return list(iter_results(path))
+    """Return the records of a results file or run directory, one per (task, sample).
+
+    ``iter_results`` yields every line as written (history included); this keeps the record
+    ``deduplicate`` keeps, and logs a warning when it dropped duplicates.
+    """
+    result = deduplicate(iter_results(path))
+    _report_dropped(Path(path), result.duplicates, result.retried)
+    return result.records
+
+
+def _report_dropped(path: Path, duplicates: int, retried: int) -> None:
+    if duplicates:
+        logger.warning(
+            "%s: dropped %d duplicate record(s) of episodes recorded twice (two writers at "
+            "once?); each episode counts once",
+            path,
+            duplicates,
+        )
+    if retried:
+        logger.info("%s: %d infra-error attempt(s) replaced by a retry", path, retried)
 
 
 def repair_results(path: Path) -> int:
@@ -142,6 +229,10 @@ class Run:
     path: Path
     manifest: RunManifest
     records: list[EpisodeRecord]
+    #: Records dropped because their episode was recorded twice (see ``deduplicate``).
+    duplicates: int = 0
+    #: Infra-error attempts replaced by a retry (kept in the file as history).
+    retried: int = 0
 
 
 def read_run(run_dir: Path) -> Run:
@@ -151,7 +242,10 @@ def read_run(run_dir: Path) -> Run:
         ResultsError: The folder is not a valid run directory.
     """
     run_dir = Path(run_dir)
-    return Run(run_dir, read_manifest(run_dir), read_results(run_dir))
+    manifest = read_manifest(run_dir)
+    result = deduplicate(iter_results(run_dir))
+    _report_dropped(run_dir, result.duplicates, result.retried)
+    return Run(run_dir, manifest, result.records, result.duplicates, result.retried)
 
 
 class TaskSummary(BaseModel):
@@ -206,81 +300,142 @@ class RunSummary(BaseModel):
     """Completion tokens per second of model time; None without tokens or model time."""
 
 
-def summarize(records: Sequence[EpisodeRecord], *, n_planned: int | None = None) -> RunSummary:
+#: Columns of ``read_results_table`` that ``summarize`` reads.
+SUMMARY_COLUMNS = (
+    "task_id",
+    "outcome",
+    "reward",
+    "success",
+    "num_steps",
+    "prompt_tokens",
+    "completion_tokens",
+    "model_calls",
+    "duration_s",
+    "model_time_s",
+    "queue_time_s",
+)
+
+
+def _summary_table(records: Sequence[EpisodeRecord] | pyarrow.Table) -> pyarrow.Table:
+    """The columns ``summarize`` reads, from records or a results table."""
+    import pyarrow as pa
+
+    from taskhub._results_table import results_schema
+
+    schema = results_schema(SUMMARY_COLUMNS)
+    if not isinstance(records, Sequence):
+        return records.select(list(SUMMARY_COLUMNS)).cast(schema)
+    return pa.Table.from_pydict(
+        {
+            "task_id": [r.task_id for r in records],
+            "outcome": [r.outcome for r in records],
+            "reward": [r.reward for r in records],
+            "success": [r.success for r in records],
+            "num_steps": [r.num_steps for r in records],
+            "prompt_tokens": [r.usage.prompt_tokens for r in records],
+            "completion_tokens": [r.usage.completion_tokens for r in records],
+            "model_calls": [r.usage.calls for r in records],
+            "duration_s": [r.duration_s for r in records],
+            "model_time_s": [r.model_time_s for r in records],
+            "queue_time_s": [r.queue_time_s for r in records],
+        },
+        schema=schema,
+    )
+
+
+def summarize(
+    records: Sequence[EpisodeRecord] | pyarrow.Table, *, n_planned: int | None = None
+) -> RunSummary:
     """Compute the summary statistics of a run's records.
 
     pass@k is reported for k = 1 and every power of two up to the smallest number of rewarded
     samples any task has (so each task contributes to every k reported).
+
+    Args:
+        records: The records, or their ``read_results_table`` (at least ``SUMMARY_COLUMNS``),
+            which a run of any size fits in (no ``EpisodeRecord`` per episode).
+        n_planned: Episodes planned, reported as is.
     """
-    outcomes: dict[str, int] = {o: 0 for o in OUTCOMES}
-    by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
-    for record in records:
-        outcomes[record.outcome] += 1
-        by_task[record.task_id].append(record)
-    n = len(records)
-    rewarded = [r for r in records if r.reward is not None]
-    mean, stderr, low, high = mean_ci(
-        [r.reward for r in rewarded if r.reward is not None], [r.task_id for r in rewarded]
-    )
-    judged = [r for r in records if r.success is not None]
-    successes = sum(1 for r in judged if r.success)
-    s_low, s_high = success_interval(
-        [1.0 if r.success else 0.0 for r in judged], [r.task_id for r in judged]
-    )
+    import numpy as np
+    import pyarrow.compute as pc
+
+    table = _summary_table(records).combine_chunks()
+    n = table.num_rows
+    encoded = pc.dictionary_encode(table["task_id"]).chunk(0) if n else None
+    codes = encoded.indices.to_numpy() if encoded is not None else np.zeros(0, np.int64)
+    names = encoded.dictionary.to_pylist() if encoded is not None else []
+    outcome = table["outcome"].to_numpy(zero_copy_only=False).astype(str)
+    outcomes: dict[str, int] = {o: int((outcome == o).sum()) for o in OUTCOMES}
+    has_reward = table["reward"].is_valid().to_numpy(zero_copy_only=False)
+    reward = pc.fill_null(table["reward"], 0.0).to_numpy()
+    judged = table["success"].is_valid().to_numpy(zero_copy_only=False)
+    success = pc.fill_null(table["success"], False).to_numpy(zero_copy_only=False)
+    # Tasks are the clusters of the intervals: their codes stand for their ids.
+    rewarded = reward[has_reward].tolist()
+    mean, stderr, low, high = mean_ci(rewarded, codes[has_reward].tolist())
+    successes = int(success[judged].sum())
+    s_low, s_high = success_interval(success[judged].astype(float).tolist(), codes[judged].tolist())
+    tasks = len(names)
+    count = np.bincount(codes, minlength=tasks)
+    scored = np.bincount(codes, weights=outcome == "scored", minlength=tasks)
+    task_rewarded = np.bincount(codes, weights=has_reward, minlength=tasks)
+    reward_sum = np.bincount(codes, weights=np.where(has_reward, reward, 0.0), minlength=tasks)
+    task_judged = np.bincount(codes, weights=judged, minlength=tasks).astype(np.int64)
+    task_successes = np.bincount(codes, weights=judged & success, minlength=tasks).astype(np.int64)
     per_task = []
-    task_counts: list[tuple[int, int]] = []
-    for task_id in sorted(by_task):
-        items = by_task[task_id]
-        task_rewards = [r.reward for r in items if r.reward is not None]
-        task_judged = [r for r in items if r.success is not None]
-        task_successes = sum(1 for r in task_judged if r.success)
+    for i in sorted(range(tasks), key=names.__getitem__):
         per_task.append(
-            TaskSummary(
-                task_id=task_id,
-                n=len(items),
-                scored=sum(1 for r in items if r.outcome == "scored"),
-                mean_reward=math.fsum(task_rewards) / len(task_rewards) if task_rewards else None,
-                successes=task_successes,
-                pass_rate=task_successes / len(task_judged) if task_judged else None,
+            TaskSummary.model_construct(
+                task_id=names[i],
+                n=int(count[i]),
+                scored=int(scored[i]),
+                mean_reward=float(reward_sum[i] / task_rewarded[i]) if task_rewarded[i] else None,
+                successes=int(task_successes[i]),
+                pass_rate=float(task_successes[i] / task_judged[i]) if task_judged[i] else None,
             )
         )
-        task_counts.append((len(task_judged), task_successes))
     passk: dict[str, float] = {}
-    samples = {len(items) for items in by_task.values()}
-    usable = [(nj, c) for nj, c in task_counts if nj > 0]
-    if usable:
-        max_k = min(nj for nj, _ in usable)
+    usable = task_judged > 0
+    if usable.any():
+        # pass@k depends on a task's (samples, successes) only: computed once per distinct pair
+        pairs = Counter(
+            zip(task_judged[usable].tolist(), task_successes[usable].tolist(), strict=True)
+        )
+        max_k = int(task_judged[usable].min())
         k = 1
         while k <= max_k:
-            passk[f"pass@{k}"] = math.fsum(pass_at_k(nj, c, k) for nj, c in usable) / len(usable)
+            values = [pass_at_k(nj, c, k) for (nj, c), times in pairs.items() for _ in range(times)]
+            passk[f"pass@{k}"] = math.fsum(values) / int(usable.sum())
             k *= 2
-    steps = [r.num_steps for r in records if r.outcome != "infra_error"]
-    completion = sum(r.usage.completion_tokens for r in records)
-    model_time = math.fsum(r.model_time_s for r in records)
+    samples = set(np.unique(count).tolist())
+    not_infra = outcome != "infra_error"
+    steps = table["num_steps"].to_numpy()[not_infra]
+    completion = int(pc.sum(table["completion_tokens"]).as_py() or 0)
+    model_time = math.fsum(table["model_time_s"].to_numpy().tolist())
     return RunSummary(
         n_episodes=n,
         n_planned=n_planned,
-        n_tasks=len(by_task),
+        n_tasks=tasks,
         outcomes=outcomes,
         error_rates={o: outcomes[o] / n for o in OUTCOMES if o != "scored"} if n else {},
         n_rewarded=len(rewarded),
         mean_reward=mean,
         stderr=stderr,
         ci95=(low, high) if low is not None and high is not None else None,
-        success_rate=successes / len(judged) if judged else None,
+        success_rate=successes / int(judged.sum()) if judged.any() else None,
         success_ci95=(s_low, s_high) if s_low is not None and s_high is not None else None,
         pass_at_k=passk,
         samples_per_task=samples.pop() if len(samples) == 1 else None,
-        mean_steps=math.fsum(steps) / len(steps) if steps else None,
+        mean_steps=math.fsum(steps.tolist()) / len(steps) if len(steps) else None,
         tokens={
-            "prompt": sum(r.usage.prompt_tokens for r in records),
+            "prompt": int(pc.sum(table["prompt_tokens"]).as_py() or 0),
             "completion": completion,
-            "calls": sum(r.usage.calls for r in records),
+            "calls": int(pc.sum(table["model_calls"]).as_py() or 0),
         },
-        mean_duration_s=math.fsum(r.duration_s for r in records) / n if n else None,
+        mean_duration_s=math.fsum(table["duration_s"].to_numpy().tolist()) / n if n else None,
         per_task=per_task,
         model_time_s=model_time,
-        queue_time_s=math.fsum(r.queue_time_s for r in records),
+        queue_time_s=math.fsum(table["queue_time_s"].to_numpy().tolist()),
         tokens_per_s=completion / model_time if completion and model_time > 0 else None,
     )
 
@@ -288,233 +443,3 @@ def summarize(records: Sequence[EpisodeRecord], *, n_planned: int | None = None)
 def dumps_summary(summary: RunSummary) -> str:
     """Serialize a summary as indented JSON."""
     return json.dumps(summary.model_dump(mode="json"), indent=2)
-
-
-def read_results_table(path: Path, *, validate: bool = False) -> pyarrow.Table:
-    """Return the records of a results file or run directory as an Arrow table, in file order.
-
-    The fast path for large runs: pyarrow's JSON reader parses the columns below straight from
-    the file, a million records in seconds, where building an ``EpisodeRecord`` per line takes
-    minutes. Lines are taken as ``read_results`` takes them (torn last line and blank lines
-    skipped) and every column holds what ``read_results`` would give, defaults filled in.
-
-    Columns: ``run_id``, ``episode_id``, ``task_id``, ``task_hash``, ``split``, ``sample``,
-    ``seed``, ``outcome``, ``reward``, ``success``, ``env_reward``, ``error_type``,
-    ``error_message``, ``attempts``, ``terminated``, ``truncated``, ``num_steps``,
-    ``prompt_tokens``, ``completion_tokens``, ``model_calls``, ``duration_s``, ``env_time_s``,
-    ``model_time_s``, ``queue_time_s``, ``reward_components`` (list of ``name``, ``value``,
-    ``weight``, ``gate``, ``error``) and ``record_json``: the record's line as stored, without
-    its line break.
-
-    The fast path checks that the file is UTF-8 JSON, one object per line, and the types and
-    presence of the fields it returns; a file that fails any of that goes through
-    ``read_results`` instead, which raises its usual error. It does not check what it does not
-    return (unknown keys, the steps, messages and task row): pass ``validate=True`` to validate
-    every line as an ``EpisodeRecord``, exactly as ``read_results`` does (and as slowly).
-
-    Args:
-        path: An ``episodes.jsonl`` file or a run directory.
-        validate: Validate every record in full.
-
-    Returns:
-        A ``pyarrow.Table``, one row per record; empty when the file does not exist.
-
-    Raises:
-        ResultsError: A complete line is not a valid record (its number is named).
-    """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.json as pj
-
-    path = Path(path)
-    if path.is_dir():
-        path = path / EPISODES
-    component = pa.struct(
-        [
-            ("name", pa.string()),
-            ("value", pa.float64()),
-            ("weight", pa.float64()),
-            ("gate", pa.bool_()),
-            ("error", pa.string()),
-        ]
-    )
-    columns: list[tuple[str, pyarrow.DataType, object]] = [
-        # (column, type, default filled in when the field is absent)
-        ("run_id", pa.string(), None),
-        ("episode_id", pa.string(), None),
-        ("task_id", pa.string(), None),
-        ("task_hash", pa.string(), None),
-        ("split", pa.string(), None),
-        ("sample", pa.int64(), None),
-        ("seed", pa.int64(), None),
-        ("outcome", pa.string(), None),
-        ("reward", pa.float64(), None),
-        ("success", pa.bool_(), None),
-        ("env_reward", pa.float64(), None),
-        ("error_type", pa.string(), None),
-        ("error_message", pa.string(), None),
-        ("attempts", pa.int64(), 1),
-        ("terminated", pa.bool_(), False),
-        ("truncated", pa.bool_(), False),
-        ("num_steps", pa.int64(), 0),
-        ("prompt_tokens", pa.int64(), 0),
-        ("completion_tokens", pa.int64(), 0),
-        ("model_calls", pa.int64(), 0),
-        ("duration_s", pa.float64(), None),
-        ("env_time_s", pa.float64(), 0.0),
-        ("model_time_s", pa.float64(), 0.0),
-        ("queue_time_s", pa.float64(), 0.0),
-        ("reward_components", pa.list_(component), None),
-        ("record_json", pa.large_string(), None),
-    ]
-    schema = pa.schema([(name, kind) for name, kind, _ in columns])
-    if not path.is_file() or path.stat().st_size == 0:
-        return schema.empty_table()
-
-    # Columns that are top-level fields of a record, copied as they are.
-    direct = {name for name, _, _ in columns if name in EpisodeRecord.model_fields} - {
-        "reward_components"
-    }
-
-    def validated() -> pyarrow.Table:
-        records = read_results(path)  # raises exactly what read_results raises
-        lines = []
-        with path.open("rb") as f:
-            for line in f:
-                if line.endswith(b"\n") and line.strip():
-                    lines.append(line.rstrip(b" \t\r\n").decode("utf-8"))
-        rows = [
-            {
-                **record.model_dump(include=direct),
-                "error_type": record.error.type if record.error else None,
-                "error_message": record.error.message if record.error else None,
-                "prompt_tokens": record.usage.prompt_tokens,
-                "completion_tokens": record.usage.completion_tokens,
-                "model_calls": record.usage.calls,
-                "reward_components": [
-                    c.model_dump(include={"name", "value", "weight", "gate", "error"})
-                    for c in record.reward_components
-                ],
-                "record_json": line,
-            }
-            for record, line in zip(records, lines, strict=True)
-        ]
-        return pa.Table.from_pylist(rows, schema=schema)
-
-    if validate:
-        return validated()
-    buffer = pa.memory_map(str(path)).read_buffer()
-    view = np.frombuffer(buffer, dtype=np.uint8)
-    # Line ends, found in slices so that no file-sized temporary is allocated.
-    step = 1 << 26
-    newlines = np.concatenate(
-        [np.flatnonzero(view[i : i + step] == 10) + i for i in range(0, len(view), step)]
-    )
-    if len(newlines) == 0:
-        return schema.empty_table()
-    complete = buffer.slice(0, int(newlines[-1]) + 1)  # a torn last line is dropped
-    offsets = np.concatenate([[0], newlines + 1]).astype(np.int64)
-    lines = pa.LargeStringArray.from_buffers(len(newlines), pa.py_buffer(offsets), complete)
-    try:
-        lines.validate(full=True)  # UTF-8
-    except pa.ArrowInvalid:
-        return validated()
-    lines = pc.utf8_rtrim(lines, characters=" \t\r\n")
-    lengths = pc.binary_length(lines)
-    if pc.min(lengths).as_py() == 0:
-        lines = lines.filter(pc.greater(lengths, 0))
-    longest = int(np.diff(offsets).max())
-    parse = pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("episode_id", pa.string()),
-            ("task_id", pa.string()),
-            ("task_hash", pa.string()),
-            ("split", pa.string()),
-            ("sample", pa.int64()),
-            ("seed", pa.int64()),
-            ("outcome", pa.string()),
-            ("reward", pa.float64()),
-            ("success", pa.bool_()),
-            ("env_reward", pa.float64()),
-            ("error", pa.struct([("type", pa.string()), ("message", pa.string())])),
-            ("attempts", pa.int64()),
-            ("terminated", pa.bool_()),
-            ("truncated", pa.bool_()),
-            ("num_steps", pa.int64()),
-            (
-                "usage",
-                pa.struct(
-                    [
-                        ("prompt_tokens", pa.int64()),
-                        ("completion_tokens", pa.int64()),
-                        ("calls", pa.int64()),
-                    ]
-                ),
-            ),
-            ("duration_s", pa.float64()),
-            ("env_time_s", pa.float64()),
-            ("model_time_s", pa.float64()),
-            ("queue_time_s", pa.float64()),
-            ("reward_components", pa.list_(component)),
-            # Parsed only to check that these required fields are present.
-            ("started_at", pa.string()),
-            ("task", pa.struct([("task_id", pa.string())])),
-        ]
-    )
-    try:
-        parsed = pj.read_json(
-            pa.BufferReader(complete),
-            read_options=pj.ReadOptions(block_size=max(1 << 20, 2 * longest)),
-            parse_options=pj.ParseOptions(
-                explicit_schema=parse, unexpected_field_behavior="ignore"
-            ),
-        ).combine_chunks()
-    except pa.ArrowInvalid:
-        return validated()
-    required = (
-        "run_id", "episode_id", "task_id", "task_hash", "split", "sample", "outcome",
-        "duration_s", "started_at", "task",
-    )  # fmt: skip
-    if (
-        parsed.num_rows != len(lines)
-        or any(parsed[name].null_count for name in required)
-        or not pc.all(pc.is_in(parsed["outcome"], pa.array(OUTCOMES))).as_py()
-    ):
-        return validated()
-    error = parsed["error"].chunk(0) if parsed.num_rows else pa.array([], parse.field("error").type)
-    usage = parsed["usage"].chunk(0) if parsed.num_rows else pa.array([], parse.field("usage").type)
-    derived = {
-        "error_type": pc.struct_field(error, "type"),
-        "error_message": pc.struct_field(error, "message"),
-        "prompt_tokens": pc.struct_field(usage, "prompt_tokens"),
-        "completion_tokens": pc.struct_field(usage, "completion_tokens"),
-        "model_calls": pc.struct_field(usage, "calls"),
-        "record_json": lines,
-    }
-    arrays = []
-    for name, kind, default in columns:
-        array = derived[name] if name in derived else parsed[name]
-        if default is not None:
-            array = pc.fill_null(array, pa.scalar(default, kind))
-        arrays.append(array)
-    components = pc.fill_null(parsed["reward_components"], pa.scalar([], pa.list_(component)))
-    if isinstance(components, pa.ChunkedArray):
-        components = components.combine_chunks()
-    values = components.flatten()  # relative to the array's first offset, as made relative below
-    filled = pa.StructArray.from_arrays(
-        [
-            values.field("name"),
-            values.field("value"),
-            pc.fill_null(values.field("weight"), 1.0),
-            pc.fill_null(values.field("gate"), False),
-            values.field("error"),
-        ],
-        fields=list(component),
-    )
-    offsets = components.offsets
-    arrays[schema.get_field_index("reward_components")] = pa.ListArray.from_arrays(
-        pc.subtract(offsets, offsets[0]), filled
-    )
-    return pa.Table.from_arrays(arrays, schema=schema)

@@ -260,7 +260,12 @@ def total_reward(components: Sequence[RewardComponent]) -> float | None:
 
 @reward("env", spec_arg="mode", stateful=True)
 def env_reward(*, mode: str = "sum") -> RewardFn:
-    """The env's own step rewards: ``env`` (sum), ``env:final`` or ``env:discounted:GAMMA``."""
+    """The env's own step rewards: ``env`` (sum), ``env:final`` or ``env:discounted:GAMMA``.
+
+    A step whose reward is null (tool envs often give none until the answer) counts as 0; the
+    step record keeps the null, and the component's ``details`` count such steps
+    (``null_rewards``), so that a run whose env never rewards anything says so.
+    """
     gamma = 1.0
     if mode.startswith("discounted"):
         _, _, text = mode.partition(":")
@@ -273,10 +278,15 @@ def env_reward(*, mode: str = "sum") -> RewardFn:
     elif mode not in ("sum", "final"):
         raise ConfigError(f"env reward mode {mode!r}: use sum, final or discounted:GAMMA")
 
-    async def score(episode: EpisodeRecord) -> float:
+    async def score(episode: EpisodeRecord) -> float | Score:
         rewards = [s.reward or 0.0 for s in episode.steps]
         if mode == "final":
-            return rewards[-1] if rewards else 0.0
-        return float(sum(r * gamma**i for i, r in enumerate(rewards)))
+            value = rewards[-1] if rewards else 0.0
+        else:
+            value = float(sum(r * gamma**i for i, r in enumerate(rewards)))
+        nulls = sum(1 for s in episode.steps if s.reward is None)
+        if nulls:
+            return Score(value, {"null_rewards": nulls, "steps": len(episode.steps)})
+        return value
 
     return score

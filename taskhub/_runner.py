@@ -10,6 +10,7 @@ record in ``episodes.jsonl``, whatever happened; ``resume_async`` finishes an in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib.metadata
 import logging
@@ -18,12 +19,11 @@ import random
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import SecretStr
@@ -43,6 +43,8 @@ from taskhub._errors import (
     ResultsError,
     TaskhubError,
 )
+from taskhub._executor import EpisodeJob, Executor
+from taskhub._lock import RunLock
 from taskhub._results import (
     EPISODES,
     ResultsWriter,
@@ -57,7 +59,9 @@ from taskhub._rewards import BoundReward, RewardSet
 from taskhub._schema import (
     EnvInfo,
     EpisodeRecord,
+    ErrorInfo,
     EvalConfig,
+    ExecutorInfo,
     ModelInfo,
     RunManifest,
     RunStatus,
@@ -66,13 +70,19 @@ from taskhub._schema import (
 from taskhub._taskset import Taskset, load_taskset
 from taskhub._templates import Templates
 from taskhub._tls import default_ssl_context
+from taskhub._tools import Toolbox
+from taskhub._trust import check_remote_code
+from taskhub._urls import redact_optional_url, redact_url
 from taskhub._version import __version__
+from taskhub.env._client import wire_dialect
 from taskhub.env._launch import EnvHandle
 from taskhub.env._pool import SessionPool
 from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_model_spec
 
 logger = logging.getLogger(__name__)
 
+#: What ``--retry`` accepts, and the outcome of the episodes it runs again.
+RETRY_OUTCOMES = {"infra": "infra_error"}
 _LIBRARIES = ("httpx", "websockets", "pydantic", "jinja2", "huggingface-hub", "openenv")
 
 
@@ -105,18 +115,6 @@ def _slug(text: str, size: int = 32) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:size] or "x"
 
 
-def _redact_url(url: str | None) -> str | None:
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return url
-
-
 @functools.cache
 def _versions() -> dict[str, str]:
     versions = {}
@@ -137,7 +135,7 @@ class _Plan:
     config: EvalConfig
     taskset: Taskset
     split: str
-    tasks: tuple[Task, ...]
+    tasks: Sequence[Task]
     run_id: str
     run_dir: Path
     rewards: RewardSet
@@ -180,15 +178,19 @@ def _summary_row(record: EpisodeRecord) -> EpisodeRecord:
     )
 
 
-def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, tuple[Task, ...]]:
-    """Apply ``split``, ``shard`` and ``limit`` to a taskset, in that order."""
+def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, Sequence[Task]]:
+    """Apply ``split``, ``limit`` and ``shard`` to a taskset, in that order.
+
+    The limit comes first so that ``--limit N --shard i/n`` over every ``i`` runs exactly the
+    tasks of one ``--limit N`` run, and the shards merge into that run.
+    """
     split = config.split or taskset.default_split()
     tasks = taskset.tasks(split)
+    if config.limit is not None:
+        tasks = tasks[: config.limit]
     if config.shard is not None:
         index, count = config.shard
         tasks = tasks[index::count]
-    if config.limit is not None:
-        tasks = tasks[: config.limit]
     return split, tasks
 
 
@@ -196,6 +198,14 @@ def _plan(config: EvalConfig, taskset: Taskset, run_dir: Path, run_id: str) -> _
     split, tasks = select_tasks(taskset, config)
     if not tasks:
         raise ConfigError(f"nothing to run: split {split!r} selects no tasks")
+    trusted = check_remote_code(
+        taskset,
+        trust_remote_code=config.trust_remote_code,
+        rewards=not config.rewards,
+        env=not config.env,
+    )
+    for item in trusted:
+        logger.warning("running code of taskset %s (trusted): %s", taskset.name, item)
     rewards = RewardSet()
     task_rewards = {
         task.task_id: rewards.resolve(config.rewards or task.rewards or taskset.card.rewards)
@@ -236,6 +246,7 @@ class _Runner:
         env_headers: dict[str, str] | None,
         argv: list[str] | None,
         parent_manifest: RunManifest | None,
+        executor: Executor | None = None,
     ) -> None:
         self.plan = plan
         self.config = plan.config
@@ -243,36 +254,44 @@ class _Runner:
         self.http = http
         self.env_headers = env_headers or {}
         self.argv = argv
+        self.executor = executor
         # created_at of the run is the first session's start; --resume adds a session.
         self.sessions = [*(parent_manifest.sessions if parent_manifest else []), _now()]
         self.model: ModelBackend | None = None
+        self.model_details: dict[str, Any] = {}
         self.pool: SessionPool | None = None
         self.writer: ResultsWriter | None = None
         self.env_info: EnvInfo | None = None
+        self.toolbox: Toolbox | None = None
         self.stop_reason: str | None = None
         self.fatal: BaseException | None = None
         # What the summary needs of every record (earlier sessions' too), without trajectories:
         # the file is not read again at the end of a long run.
         self.rows = [_summary_row(r) for r in plan.previous]
 
-    async def run(self) -> RunResult:
-        plan, config = self.plan, self.config
-        env_spec = config.env or plan.taskset.card.env
-        if not env_spec:
+    def env_spec(self) -> str:
+        spec = self.config.env or self.plan.taskset.card.env
+        if not spec:
             raise ConfigError(
                 f"no environment: pass ENV, or set `env:` in the taskset card of "
-                f"{plan.taskset.name!r}"
+                f"{self.plan.taskset.name!r}"
             )
-        provider, name = split_model_spec(config.model)
+        return spec
+
+    @contextlib.asynccontextmanager
+    async def engine(self, log_dir: Path) -> AsyncIterator[None]:
+        """Open what episodes are played with: the model client, the env servers, the pool."""
+        config = self.config
+        env_spec = self.env_spec()
         self.model = load_model(
             config.model,
             ModelOptions(
                 base_url=config.base_url,
                 api_key=config.api_key.get_secret_value() if config.api_key else None,
                 timeout_s=config.model_timeout_s,
+                tool_calling=config.tool_calling,
             ),
         )
-        status: RunStatus = "failed"
         try:
             handle = EnvHandle.open(
                 env_spec,
@@ -280,11 +299,15 @@ class _Runner:
                 replicas=config.replicas,
                 max_sessions=max(config.concurrency, config.max_sessions_per_env or 0),
                 headers=self.env_headers,
-                log_dir=plan.run_dir / "env-logs",
+                log_dir=log_dir,
+                provider=config.env_provider,
+                provider_options=config.env_provider_options,
             )
             async with handle:
                 assert handle.info is not None
                 self.env_info = handle.info
+                self.toolbox = Toolbox.for_env(handle.info.tools, handle.info.action_schema)
+                self.model_details = dict(self.model.details)
                 self.pool = SessionPool(
                     handle.info,
                     http=self.http,
@@ -294,16 +317,77 @@ class _Runner:
                     headers=self.env_headers,
                     reuse=not config.fresh_session,
                 )
-                manifest = self._manifest(provider, name, "running")
-                write_manifest(plan.run_dir, manifest)
-                repair_results(plan.run_dir / EPISODES)
-                self.writer = ResultsWriter(plan.run_dir / EPISODES)
-                if self.progress:
-                    self.progress.start(plan.n_planned, len(plan.done))
-                try:
-                    async with self.pool:
+                async with self.pool:
+                    yield
+        finally:
+            await self.model.aclose()
+
+    def begin(self, env_info: EnvInfo, model_details: dict[str, Any]) -> None:
+        """The env is up: write the manifest, open ``episodes.jsonl``, start the progress."""
+        plan = self.plan
+        self.env_info = env_info
+        self.model_details = model_details
+        provider, name = split_model_spec(self.config.model)
+        write_manifest(plan.run_dir, self._manifest(provider, name, "running"))
+        repair_results(plan.run_dir / EPISODES)
+        self.writer = ResultsWriter(plan.run_dir / EPISODES)
+        if self.progress:
+            self.progress.start(plan.n_planned, len(plan.done))
+
+    def fail(self, error: BaseException) -> None:
+        """Stop the run with ``error`` (bad credentials): raised once the run has stopped."""
+        self.fatal = error
+        self.stop_reason = str(error)
+
+    @property
+    def stopping(self) -> bool:
+        """No more episodes are to be started (--fail-fast, or a fatal error)."""
+        return self.stop_reason is not None
+
+    def record(self, record: EpisodeRecord) -> None:
+        """Write one finished episode (the run's only writer of ``episodes.jsonl``).
+
+        A write that fails (disk full, the folder gone) stops the run with that error.
+        """
+        assert self.writer is not None
+        try:
+            record = self._write(record)
+        except ResultsError as exc:
+            self.fatal = exc
+            self.stop_reason = str(exc)
+            return
+        self.rows.append(_summary_row(record))
+        logger.info(
+            "episode %s#%d: %s reward=%s steps=%d",
+            record.task_id,
+            record.sample,
+            record.outcome,
+            record.reward,
+            record.num_steps,
+        )
+        if self.progress:
+            self.progress.update(record)
+        if self.config.fail_fast and record.outcome != "scored":
+            self.stop_reason = (
+                f"--fail-fast: episode {record.task_id}#{record.sample} ended as {record.outcome}"
+            )
+
+    async def run(self) -> RunResult:
+        plan = self.plan
+        self.env_spec()  # no env is bad configuration: fail before anything starts
+        provider, name = split_model_spec(self.config.model)
+        status: RunStatus = "failed"
+        try:
+            try:
+                if self.executor is None:
+                    async with self.engine(plan.run_dir / "env-logs"):
+                        assert self.env_info is not None
+                        self.begin(self.env_info, self.model_details)
                         await self._fan_out()
-                finally:
+                else:
+                    await self.executor.run(self._job(), self)
+            finally:
+                if self.writer is not None:
                     self.writer.close()
             if self.fatal is not None:
                 raise self.fatal
@@ -315,13 +399,27 @@ class _Runner:
             status = "interrupted"
             raise
         finally:
-            await self.model.aclose()
             if self.progress:
                 self.progress.complete()
             if self.env_info is not None:
                 write_manifest(plan.run_dir, self._manifest(provider, name, status))
         manifest = read_manifest(plan.run_dir)
         return RunResult(plan.run_dir, manifest, summarize(self.rows, n_planned=plan.n_planned))
+
+    def _job(self) -> EpisodeJob:
+        plan = self.plan
+        # Workers get the planned tasks only, as the one split, with nothing left to select.
+        taskset = Taskset(plan.taskset.ref, plan.taskset.card, {plan.split: plan.tasks})
+        return EpisodeJob(
+            config=self.config.model_copy(
+                update={"limit": None, "shard": None, "split": plan.split}
+            ),
+            taskset=taskset,
+            split=plan.split,
+            run_id=plan.run_id,
+            items=list(plan.items()),
+            env_headers=dict(self.env_headers),
+        )
 
     def _manifest(self, provider: str, name: str, status: RunStatus) -> RunManifest:
         plan, config = self.plan, self.config
@@ -333,17 +431,33 @@ class _Runner:
             created_at=self.sessions[0],
             updated_at=now,
             finished_at=now if status == "completed" else None,
-            config=config.model_copy(update={"base_url": _redact_url(config.base_url)}),
+            config=config.model_copy(
+                update={
+                    "base_url": redact_optional_url(config.base_url),
+                    "env": redact_optional_url(config.env),
+                }
+            ),
             taskset=plan.taskset.ref,
             split=plan.split,
-            env=self.env_info,
+            env=self.env_info.model_copy(
+                update={
+                    "spec": redact_url(self.env_info.spec),
+                    "urls": [redact_url(url) for url in self.env_info.urls],
+                }
+            )
+            if self.env_info
+            else None,
             model=ModelInfo(
                 spec=config.model,
                 provider=provider,
                 name=name,
-                base_url=_redact_url(config.base_url),
+                base_url=redact_optional_url(config.base_url),
                 sampling=config.sampling,
-                details=self.model.details if self.model else {},
+                # a local run's model may have learnt something since it started (a fallback)
+                details=dict(self.model.details) if self.model is not None else self.model_details,
+                tool_calling=getattr(self.model, "tool_calling", "text")
+                if self.model is not None and self.toolbox is not None
+                else None,
             ),
             rewards=plan.rewards.plugins(),
             n_planned=plan.n_planned,
@@ -356,6 +470,7 @@ class _Runner:
             argv=self.argv,
             sessions=self.sessions,
             success_threshold=plan.success_threshold,
+            executor=self.executor.info if self.executor else ExecutorInfo(),
         )
 
     async def _fan_out(self) -> None:
@@ -378,9 +493,9 @@ class _Runner:
                     if played is None:
                         return
                     if overlap:
-                        recording = group.create_task(self._record(played))
+                        recording = group.create_task(self._finish(played))
                     else:
-                        await self._record(played)
+                        await self._finish(played)
             finally:
                 if recording is not None:
                     await recording
@@ -389,10 +504,47 @@ class _Runner:
             for _ in range(self.config.concurrency):
                 group.create_task(worker())
 
-    async def _record(self, played: _Played) -> None:
-        """Score a played episode, write its record, report it."""
+    async def _finish(self, played: _Played) -> None:
+        """Score a played episode and record it."""
+        self.record(await self._score(played))
+
+    def _write(self, record: EpisodeRecord) -> EpisodeRecord:
+        """Append ``record``; one that cannot be serialized is stored as that episode's error."""
+        assert self.writer is not None
+        try:
+            self.writer.write(record)
+            return record
+        except ValueError as exc:  # pydantic refuses a value (too deep, not JSON)
+            logger.warning("episode %s#%d cannot be stored: %s", record.task_id, record.sample, exc)
+            error = ResultsError(
+                f"the episode's record cannot be stored ({str(exc)[:300]}); its trajectory "
+                "was left out"
+            )
+            stripped = record.model_copy(
+                update={
+                    "outcome": "infra_error",
+                    "reward": None,
+                    "success": None,
+                    "reward_components": [],
+                    "error": ErrorInfo.from_exception(error),
+                    "steps": [],
+                    "messages": [],
+                    "initial_observation": None,
+                    "reset_metadata": None,
+                }
+            )
+            self.writer.write(stripped)
+            return stripped
+
+    async def _episode(self, task: Task, sample: int) -> EpisodeRecord | None:
+        """Play an episode and score it; None when the run must stop (bad key)."""
+        played = await self._play(task, sample)
+        return None if played is None else await self._score(played)
+
+    async def _score(self, played: _Played) -> EpisodeRecord:
+        """The record of a played episode, scored."""
         plan = self.plan
-        record = await record_episode(
+        return await record_episode(
             played.episode,
             played.trace,
             played.error,
@@ -404,23 +556,6 @@ class _Runner:
             rewards=plan.task_rewards[played.episode.task.task_id],
             success_threshold=plan.success_threshold,
         )
-        assert self.writer is not None
-        self.writer.write(record)
-        self.rows.append(_summary_row(record))
-        logger.info(
-            "episode %s#%d: %s reward=%s steps=%d",
-            record.task_id,
-            record.sample,
-            record.outcome,
-            record.reward,
-            record.num_steps,
-        )
-        if self.progress:
-            self.progress.update(record)
-        if self.config.fail_fast and record.outcome != "scored":
-            self.stop_reason = (
-                f"--fail-fast: episode {record.task_id}#{record.sample} ended as {record.outcome}"
-            )
 
     async def _play(self, task: Task, sample: int) -> _Played | None:
         """Play an episode, retrying infra errors; None when the run must stop (bad key)."""
@@ -467,6 +602,7 @@ class _Runner:
                             format_retries=config.format_retries,
                             episode_seed=episode.model_seed,
                             trace=trace,
+                            toolbox=self.toolbox,
                         )
             except EnvCapacityError as exc:
                 if time.monotonic() < capacity_deadline:
@@ -489,8 +625,7 @@ class _Runner:
                 )
                 error.retryable = False
             except ModelAuthError as exc:
-                self.fatal = exc
-                self.stop_reason = str(exc)
+                self.fail(exc)
                 return None
             except (AgentFormatError, EnvError, ModelError) as exc:
                 error = exc
@@ -504,9 +639,93 @@ class _Runner:
                 logger.info("episode %s#%d: %s; retrying", task.task_id, sample, error)
                 await asyncio.sleep(min(0.5 * 2 ** (attempts - 1), 10.0))
                 continue
+            if trace.initial is not None and self.env_info and self.env_info.dialect is None:
+                # what the server actually spoke, from its first observation frame
+                self.env_info.dialect = wire_dialect(trace.initial)
             return _Played(
                 episode, trace, error, attempts, started_at, time.perf_counter() - started
             )
+
+
+class EpisodeWorker:
+    """Plays a job's episodes in this process, with its own model client, env servers and pool.
+
+    What an executor runs on each machine (the Ray executor: one per node). ``play`` may be
+    called several times at once: the episodes of every call share ``config.concurrency``
+    slots. Each episode is played by the runner's own code, so its record is the one a local
+    run writes.
+    """
+
+    def __init__(self, job: EpisodeJob, *, log_dir: Path) -> None:
+        """Prepare to play ``job`` (nothing starts before ``open``); env logs go to ``log_dir``."""
+        self.job = job
+        self.log_dir = log_dir
+        self._plan = _plan(job.config, job.taskset, log_dir, job.run_id)
+        self._stack = contextlib.AsyncExitStack()
+        self._runner: _Runner | None = None
+        self._slots = asyncio.Semaphore(job.config.concurrency)
+
+    async def open(self) -> tuple[EnvInfo, dict[str, Any]]:
+        """Start the model client and the env servers; return the env and the model details.
+
+        Raises:
+            TaskhubError: The env or the model could not be started.
+        """
+        try:
+            http = await self._stack.enter_async_context(_make_http())
+            runner = _Runner(
+                self._plan,
+                progress=None,
+                http=http,
+                env_headers=self.job.env_headers,
+                argv=None,
+                parent_manifest=None,
+            )
+            await self._stack.enter_async_context(runner.engine(self.log_dir / "env-logs"))
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        assert runner.env_info is not None
+        self._runner = runner
+        return runner.env_info, runner.model_details
+
+    async def play(self, items: Sequence[tuple[Task, int]]) -> AsyncIterator[EpisodeRecord]:
+        """Play ``items`` and yield each record as its episode ends (in any order).
+
+        Raises:
+            ModelAuthError: The model refused the credentials (fatal to the run).
+        """
+        runner = self._runner
+        if runner is None:
+            raise RuntimeError("EpisodeWorker.play() before open()")
+        finished: asyncio.Queue[EpisodeRecord | None] = asyncio.Queue()
+
+        async def one(task: Task, sample: int) -> None:
+            record = None
+            try:
+                async with self._slots:
+                    if not runner.stopping:
+                        record = await runner._episode(task, sample)
+            finally:
+                finished.put_nowait(record)
+
+        tasks = [asyncio.create_task(one(task, sample)) for task, sample in items]
+        try:
+            for _ in tasks:
+                record = await finished.get()
+                if record is not None:
+                    yield record
+                elif runner.fatal is not None:
+                    raise runner.fatal
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop the env servers and close the model client."""
+        self._runner = None
+        await self._stack.aclose()
 
 
 def _make_http() -> httpx.AsyncClient:
@@ -524,6 +743,7 @@ async def evaluate_async(
     env_headers: dict[str, str] | None = None,
     hub_token: str | None = None,
     argv: list[str] | None = None,
+    executor: Executor | None = None,
 ) -> RunResult:
     """Run an evaluation and write its run directory.
 
@@ -535,6 +755,8 @@ async def evaluate_async(
         env_headers: Extra WebSocket handshake headers (a token for private Spaces).
         hub_token: Token for private Hub tasksets.
         argv: The command line, recorded in ``run.json``.
+        executor: Where the episodes are played (``taskhub.RayExecutor`` for a Ray cluster);
+            None plays them in this process. It changes no record, and is named in ``run.json``.
 
     Returns:
         The run directory, its manifest and summary.
@@ -552,39 +774,78 @@ async def evaluate_async(
             f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
         )
     plan = _plan(config, taskset, target, run_id)
-    async with _make_http() as http:
-        runner = _Runner(
-            plan,
-            progress=progress,
-            http=http,
-            env_headers=env_headers,
-            argv=argv,
-            parent_manifest=None,
-        )
-        return await runner.run()
+    fresh = not target.exists()
+    try:
+        return await _evaluate_locked(plan, target, progress, env_headers, argv, executor)
+    except BaseException:
+        if fresh and not (target / "run.json").exists():  # bad configuration: leave nothing
+            RunLock(target).remove_if_alone()
+        raise
+
+
+async def _evaluate_locked(
+    plan: _Plan,
+    target: Path,
+    progress: Progress | None,
+    env_headers: dict[str, str] | None,
+    argv: list[str] | None,
+    executor: Executor | None,
+) -> RunResult:
+    with RunLock(target):
+        if (target / "run.json").exists():  # another writer started it meanwhile
+            raise ResultsError(
+                f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
+            )
+        async with _make_http() as http:
+            runner = _Runner(
+                plan,
+                progress=progress,
+                http=http,
+                env_headers=env_headers,
+                argv=argv,
+                parent_manifest=None,
+                executor=executor,
+            )
+            return await runner.run()
 
 
 async def resume_async(
     run_dir: Path | str,
     *,
     api_key: str | None = None,
+    base_url: str | None = None,
+    retry: Sequence[str] = (),
     progress: Progress | None = None,
     env_headers: dict[str, str] | None = None,
     hub_token: str | None = None,
     argv: list[str] | None = None,
+    executor: Executor | None = None,
 ) -> RunResult:
     """Finish an interrupted run: run only the episodes it has no record of.
 
     The taskset is loaded at the commit the run recorded, and must have the same content.
+    ``run.json`` keeps no credentials: pass ``api_key`` (and ``base_url`` when the endpoint's URL
+    carried some) again. ``retry=["infra"]`` also runs again the episodes that ended as
+    ``infra_error``: their earlier records stay in ``episodes.jsonl`` as history, and readers
+    count only the newest record of each (task, sample).
+    ``executor`` plays the missing episodes (whatever played the earlier ones).
 
     Raises:
-        ResultsError: ``run_dir`` is not a run directory, or the taskset changed.
+        ResultsError: ``run_dir`` is not a run directory, the taskset changed, or another
+            process is writing the run.
     """
     run_dir = Path(run_dir)
+    unknown = sorted(set(retry) - set(RETRY_OUTCOMES))
+    if unknown:
+        raise ConfigError(
+            f"--retry {unknown[0]!r}: only {', '.join(RETRY_OUTCOMES)} episodes can be run again"
+        )
     manifest = read_manifest(run_dir)
     config = manifest.config
     if api_key is not None:
         config = config.model_copy(update={"api_key": SecretStr(api_key)})
+    if base_url is not None:
+        config = config.model_copy(update={"base_url": base_url})
     ref = manifest.taskset
     source = ref.source
     if ref.kind == "hub" and ref.repo_id and ref.commit_sha:
@@ -598,19 +859,32 @@ async def resume_async(
         )
     taskset = Taskset(ref, taskset.card, taskset.splits)
     plan = _plan(config, taskset, run_dir, manifest.run_id)
-    repair_results(run_dir / EPISODES)
-    plan.previous = read_results(run_dir)
-    plan.done = {r.key() for r in plan.previous}
-    async with _make_http() as http:
-        runner = _Runner(
-            plan,
-            progress=progress,
-            http=http,
-            env_headers=env_headers,
-            argv=argv or manifest.argv,
-            parent_manifest=manifest,
-        )
-        return await runner.run()
+    retry_outcomes = {RETRY_OUTCOMES[name] for name in retry}
+    with RunLock(run_dir):  # read what is done only once no other writer can add to it
+        manifest = read_manifest(run_dir)
+        repair_results(run_dir / EPISODES)
+        previous = read_results(run_dir)
+        plan.previous = [r for r in previous if r.outcome not in retry_outcomes]
+        plan.done = {r.key() for r in plan.previous}
+        if len(plan.previous) < len(previous):
+            logger.info(
+                "resume %s: running %d episode(s) again (%s); their earlier records stay as "
+                "history and are not counted",
+                run_dir,
+                len(previous) - len(plan.previous),
+                ", ".join(sorted(retry)),
+            )
+        async with _make_http() as http:
+            runner = _Runner(
+                plan,
+                progress=progress,
+                http=http,
+                env_headers=env_headers,
+                argv=argv or manifest.argv,
+                parent_manifest=manifest,
+                executor=executor,
+            )
+            return await runner.run()
 
 
 def evaluate(config: EvalConfig, **kwargs: Any) -> RunResult:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -23,13 +24,21 @@ from pydantic import (
     JsonValue,
     SecretStr,
     SerializationInfo,
+    computed_field,
     field_serializer,
     field_validator,
     model_validator,
 )
 
+from taskhub._limits import loads_bounded
+from taskhub._urls import redact_urls_in
+
 #: Version of the episode record and run manifest formats written by this taskhub.
 SCHEMA_VERSION = 1
+#: What a run id may be: it names a folder (``runs/<run_id>/``), locally and on the Hub.
+_RUN_ID = re.compile(r"^[\w.-]{1,200}$")
+#: Longest error message kept in a record (characters).
+MAX_ERROR_MESSAGE = 4000
 
 #: How an episode ended. ``scored``: it ran and has a reward. ``agent_error``: the model never
 #: produced a usable action (its fault; the episode still gets the reward it earned).
@@ -39,6 +48,11 @@ Outcome = Literal["scored", "agent_error", "infra_error", "reward_error"]
 OUTCOMES: tuple[Outcome, ...] = ("scored", "agent_error", "infra_error", "reward_error")
 
 RunStatus = Literal["running", "completed", "interrupted", "failed"]
+
+#: How a model is offered the env's actions (``EvalConfig.tool_calling``).
+ToolCalling = Literal["auto", "native", "text"]
+#: The wire dialect of an OpenEnv server: 0.3 sends no ``metadata`` in observations, 0.4+ does.
+WireDialect = Literal["openenv-0.3", "openenv-0.4+"]
 
 JsonObject = dict[str, JsonValue]
 
@@ -61,8 +75,8 @@ def _decode_json_object(value: Any, field: str) -> Any:
     """Accept a JSON object given as text (how Hub tables keep heterogeneous kwargs)."""
     if isinstance(value, str):
         try:
-            decoded = json.loads(value)
-        except json.JSONDecodeError as exc:
+            decoded = loads_bounded(value)
+        except ValueError as exc:
             raise ValueError(f"{field} is a string that is not JSON: {exc}") from None
         if not isinstance(decoded, dict):
             raise ValueError(f"{field} must be a JSON object, got {type(decoded).__name__}")
@@ -212,8 +226,9 @@ class TasksetRef(BaseModel):
 
     source: str
     """The taskset as the user named it (path, ``org/name@rev``, built-in name)."""
-    kind: Literal["builtin", "local", "file", "hub"]
-    """Built-in taskset, local folder, single data file, or Hub dataset repo."""
+    kind: Literal["builtin", "local", "file", "hub", "env"]
+    """Built-in taskset, local folder, single data file, Hub dataset repo, or the tasks an env
+    serves over OpenEnv's Task API (``source`` is its URL)."""
     name: str
     """The taskset's name (card ``name``, else folder, file or repo name)."""
     repo_id: str | None = None
@@ -261,12 +276,47 @@ class ErrorInfo(BaseModel):
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
         """Build the record of ``exc``, reading taskhub's context attributes when present."""
         code = getattr(exc, "code", None)
+        message = redact_urls_in(str(exc) or repr(exc))
+        if len(message) > MAX_ERROR_MESSAGE:  # an error can quote a huge reply or frame
+            message = message[:MAX_ERROR_MESSAGE] + f"... [{len(message)} characters, cut]"
         return cls(
             type=type(exc).__name__,
-            message=str(exc) or repr(exc),
+            message=message,
             boundary=getattr(exc, "boundary", "runner"),
             code=None if code is None else str(code),
         )
+
+
+def _unset(value: Any) -> bool:
+    return value is None
+
+
+class ToolSpec(BaseModel):
+    """A tool an environment serves (MCP ``tools/list``), or a function a model is offered."""
+
+    model_config = _MODEL_CONFIG
+
+    name: str
+    """The tool's name, as ``call_tool`` takes it."""
+    description: str = ""
+    """What the tool does, for the model."""
+    input_schema: JsonObject = Field(default_factory=dict)
+    """JSON schema of the tool's arguments (an object schema)."""
+
+
+class ToolCall(BaseModel):
+    """A call a model asked for: a function and its arguments (OpenAI ``tool_calls``)."""
+
+    model_config = _MODEL_CONFIG
+
+    name: str
+    """The function called."""
+    arguments: JsonObject = Field(default_factory=dict)
+    """Its arguments."""
+    id: str | None = Field(default=None, exclude_if=_unset)
+    """The model's id of the call, which the tool's reply names (native tool calling)."""
+    arguments_text: str | None = Field(default=None, exclude_if=_unset)
+    """The arguments as the model wrote them, when they are not a JSON object."""
 
 
 class ChatMessage(BaseModel):
@@ -274,10 +324,14 @@ class ChatMessage(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    role: Literal["system", "user", "assistant"]
-    """Who speaks."""
+    role: Literal["system", "user", "assistant", "tool"]
+    """Who speaks (``tool``: the result of a tool call, sent back to the model)."""
     content: str
     """What is said."""
+    tool_calls: list[ToolCall] | None = Field(default=None, exclude_if=_unset)
+    """The tool calls of an assistant message (native tool calling), in order."""
+    tool_call_id: str | None = Field(default=None, exclude_if=_unset)
+    """The call a ``tool`` message answers."""
 
 
 class Usage(BaseModel):
@@ -333,6 +387,12 @@ class StepRecord(BaseModel):
     queue_time_s: float = 0.0
     """Seconds the step's model calls waited for the model before it worked on them (a local
     model serves one call at a time): queueing behind other episodes, not the model's time."""
+    tool_call: ToolCall | None = Field(default=None, exclude_if=_unset)
+    """The tool this step called and its arguments (tool envs, and native tool calling)."""
+    tool_result: str | None = Field(default=None, exclude_if=_unset)
+    """What the tool returned, as the text the model was shown (tool envs)."""
+    tool_error: str | None = Field(default=None, exclude_if=_unset)
+    """Why the call failed (``error_type: message``), when the env says it did (tool envs)."""
 
 
 class RewardComponent(BaseModel):
@@ -469,9 +529,11 @@ class EvalConfig(BaseModel):
     split: str | None = None
     """Split to evaluate (default: the card's ``default_split``, else ``test``)."""
     limit: Annotated[int, Field(ge=1)] | None = None
-    """Evaluate only the first N tasks (after sharding)."""
+    """Evaluate only the first N tasks of the split (before sharding: the shards of a limited
+    run split those N tasks between them)."""
     shard: tuple[int, int] | None = None
-    """``(i, n)``: evaluate every n-th task starting at i (0-based)."""
+    """``(i, n)``: evaluate every n-th task starting at i (0-based), of the tasks the limit
+    kept."""
     samples: Annotated[int, Field(ge=1)] = 1
     """Episodes per task (for pass@k)."""
     seed: int = 0
@@ -503,9 +565,24 @@ class EvalConfig(BaseModel):
     """Stop the run at the first episode that is not scored."""
     max_frame_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     """Largest frame accepted from an env."""
+    env_provider: str | None = None
+    """OpenEnv provider that starts the env (``uv``, ``docker``, ``hf-sandbox``, ``modal``,
+    ``daytona``, ``novita``, ``aca``) instead of taskhub's own launcher; None: launch local envs
+    with uvicorn in this Python, reach URLs and Spaces as they are."""
+    env_provider_options: JsonObject = Field(default_factory=dict)
+    """Keyword arguments of the provider's constructor (never credentials: they are written to
+    ``run.json``; each provider's SDK reads its own from the environment)."""
     fresh_session: bool = False
     """Open a new env session for every episode, instead of resetting an idle open session of
     the server again (WebSocket servers serve many episodes per session)."""
+    trust_remote_code: bool = False
+    """Let the taskset's rows and card run code (``python:`` rewards, an env folder); refused
+    otherwise. Specs given here (``rewards``, ``env``) are the user's own either way."""
+    tool_calling: ToolCalling = "auto"
+    """How the model is offered the env's actions: ``native`` passes them as function tools
+    (OpenAI ``tools``) and reads ``tool_calls``; ``text`` asks for JSON in the reply; ``auto``
+    is native where the backend supports it, falling back to text where the server refuses
+    tools."""
 
     @field_validator("shard")
     @classmethod
@@ -517,6 +594,33 @@ class EvalConfig(BaseModel):
         return value
 
 
+class HttpDialect(BaseModel):
+    """How an HTTP-only server wants its requests, and how it shapes its replies.
+
+    OpenEnv's own HTTP routes are the defaults; hand-rolled servers differ in the paths, in
+    whether the action is wrapped in ``{"action": ...}``, and in whether the observation is
+    nested under ``observation`` or is the reply itself (replies are read either way).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    reset_path: str = "/reset"
+    """Path of the reset route (``POST``)."""
+    step_path: str = "/step"
+    """Path of the step route (``POST``)."""
+    state_path: str | None = "/state"
+    """Path of the state route (``GET``), or None when the server has none."""
+    health_path: str | None = "/health"
+    """Path that answers 200 while the server is up, or None when none does."""
+    wrap_action: bool = True
+    """Send ``{"action": action}`` (OpenEnv's body) rather than the bare action."""
+    observation_key: str | None = "observation"
+    """Key of the observation in replies; None when the observation is the reply itself."""
+    reset_keys: tuple[str, ...] | None = None
+    """The reset kwargs the route accepts (others are dropped, as OpenEnv's server drops
+    what ``reset()`` does not take); None when it accepts any."""
+
+
 class EnvInfo(BaseModel):
     """The environment a run talked to."""
 
@@ -524,18 +628,32 @@ class EnvInfo(BaseModel):
 
     spec: str
     """The env as the user named it."""
-    kind: Literal["url", "space", "folder", "builtin"]
-    """How the spec was resolved."""
+    kind: Literal["url", "space", "folder", "builtin", "image", "git"]
+    """How the spec was resolved (``image`` and ``git``: sources an env provider starts)."""
     urls: list[str]
     """Base URLs of the servers used (one per replica)."""
     transport: Literal["ws", "http"] = "ws"
     """WebSocket sessions, or the HTTP fallback for servers without ``/ws``."""
+    http_dialect: HttpDialect | None = None
+    """Routes and body shapes of the HTTP fallback (transport ``http``); OpenEnv's when None."""
     metadata: JsonObject | None = None
     """What ``GET /metadata`` returned."""
     action_schema: JsonObject | None = None
     """The action JSON schema from ``GET /schema``."""
     path: str | None = None
     """Folder launched, for local envs."""
+    tools: list[ToolSpec] | None = Field(default=None, exclude_if=_unset)
+    """The tools a tool env (MCP) listed; None for other envs."""
+    tool_discovery: Literal["list_tools", "mcp"] | None = Field(default=None, exclude_if=_unset)
+    """How the tools were listed: a ``list_tools`` step on a session, or ``POST /mcp``."""
+    dialect: WireDialect | None = Field(default=None, exclude_if=_unset)
+    """The wire dialect the server spoke: ``openenv-0.3`` (no ``metadata`` in observations)
+    or ``openenv-0.4+``."""
+    server_openenv: str | None = Field(default=None, exclude_if=_unset)
+    """The server's OpenEnv version, when ``/metadata`` gives it."""
+    provider: str | None = None
+    """The OpenEnv provider that started the servers (``uv``, ``docker``, ``modal``...); None
+    when taskhub launched them itself or reached them at their URL."""
 
 
 class ModelInfo(BaseModel):
@@ -555,6 +673,24 @@ class ModelInfo(BaseModel):
     """Sampling parameters."""
     details: JsonObject = Field(default_factory=dict)
     """Backend-specific provenance (weights file and its sha256, library versions...)."""
+    tool_calling: Literal["native", "text"] | None = Field(default=None, exclude_if=_unset)
+    """How the model acted: function tools (``native``) or JSON in its replies (``text``);
+    ``text`` after a fallback from native (``details.tool_calling_fallback`` says why)."""
+
+
+class ExecutorInfo(BaseModel):
+    """Where a run's episodes were played (it changes no record)."""
+
+    model_config = _MODEL_CONFIG
+
+    kind: Literal["local", "ray"] = "local"
+    """``local``: in the process that wrote the run; ``ray``: on a Ray cluster's nodes."""
+    address: str | None = None
+    """The Ray cluster's address, None when a local Ray instance was started for the run."""
+    nodes: int = 1
+    """Workers that played episodes (one per node)."""
+    version: str | None = None
+    """Version of Ray."""
 
 
 class RunManifest(BaseModel):
@@ -602,6 +738,20 @@ class RunManifest(BaseModel):
     """Run this one was derived from (``taskhub rescore``)."""
     success_threshold: float | None = None
     """The success threshold the run applied (the flag's, else the taskset card's)."""
+    merged_from: list[str] = Field(default_factory=list)
+    """Run ids of the shard runs this run was merged from (``taskhub results merge``)."""
+    executor: ExecutorInfo | None = None
+    """Where the episodes of the latest session were played (None in files of older taskhub)."""
+
+    @field_validator("run_id")
+    @classmethod
+    def _usable_run_id(cls, value: str) -> str:
+        if not _RUN_ID.match(value) or value in (".", ".."):
+            raise ValueError(
+                f"run id {value!r} cannot name a folder: use letters, digits, '.', '_' or '-', "
+                "and not '.' or '..'"
+            )
+        return value
 
 
 #: Result of one validation check (RFC 008 vocabulary).
@@ -611,6 +761,11 @@ Severity = Literal["fail", "warn", "advisory"]
 #: The verdict of a validation: exit code 0 for pass and warn, 1 fail, 2 unsupported, 3 error.
 Verdict = Literal["pass", "warn", "fail", "unsupported", "error"]
 CheckLevel = Literal["static", "protocol", "runtime", "taskset", "semantic", "statistical"]
+#: Who runs a check (RFC 008): ``local`` checks an author can run and fix, ``hub`` checks only
+#: an operator runs (the statistical level, cross-host and publishing checks).
+Lane = Literal["local", "hub"]
+#: Version of RFC 008's report layout whose fields a ValidationReport carries.
+RFC008_REPORT_VERSION = "2"
 
 
 class CheckResult(BaseModel):
@@ -637,6 +792,23 @@ class CheckResult(BaseModel):
     """What the env author should do, when the check did not pass."""
     duration_s: float = 0.0
     """Seconds the check took."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_check_id(cls, data: Any) -> Any:
+        """Accept RFC 008's ``check_id`` (written beside ``id`` by newer reports)."""
+        if isinstance(data, dict) and "check_id" in data:
+            data = dict(data)
+            check_id = data.pop("check_id")
+            if data.setdefault("id", check_id) != check_id:
+                raise ValueError(f"check_id {check_id!r} differs from id {data['id']!r}")
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def check_id(self) -> str:
+        """RFC 008's name of ``id``, written for OpenEnv's tooling."""
+        return self.id
 
 
 class ValidationReport(BaseModel):
@@ -676,3 +848,27 @@ class ValidationReport(BaseModel):
     """The internal error, for verdict ``error``."""
     source_digest: str | None = None
     """sha256 over the env folder's files (paths and contents), when there is a folder."""
+    report_schema_version: str = RFC008_REPORT_VERSION
+    """Version of RFC 008's report layout whose fields this report carries (``policy_version``,
+    ``lane``, ``verdict`` and each check's ``check_id``, ``status``, ``measured``, ``evidence``,
+    ``remediation``)."""
+    policy_version: str = ""
+    """RFC 008's name for the policy that gave the verdict: ``name-version`` (``taskhub-v2``).
+    Reports written before the field existed get it from ``policy``."""
+    lane: Lane = "local"
+    """RFC 008's lane: ``hub`` when the statistical level ran (a model was given), which only
+    an operator runs; else ``local``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_rfc008_fields(cls, data: Any) -> Any:
+        """Derive the RFC 008 fields a report written before they existed lacks."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        policy = data.get("policy")
+        if not data.get("policy_version") and isinstance(policy, dict) and policy.get("name"):
+            data["policy_version"] = f"{policy['name']}-{policy.get('version', '')}".rstrip("-")
+        if "lane" not in data:
+            data["lane"] = "hub" if data.get("model") else "local"
+        return data

@@ -1,4 +1,5 @@
-"""Shared test setup: a private Hugging Face home, a loopback Hub endpoint, no internet."""
+"""Shared test setup: a private Hugging Face home, a loopback Hub endpoint, no internet; the
+ledger tool env served once for every test that needs it."""
 
 from __future__ import annotations
 
@@ -29,10 +30,24 @@ os.environ.pop("OPENAI_API_KEY", None)
 os.environ.pop("OPENAI_BASE_URL", None)
 
 
+from collections.abc import Iterator  # noqa: E402
+
 import pytest  # noqa: E402
+
+from tests.reference_envs.refenv_helpers import EnvServer, start_server, stop_server  # noqa: E402
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     """Async tests run on asyncio (taskhub uses asyncio.TaskGroup and asyncio.timeout)."""
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def ledger_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvServer]:
+    """The ledger reference env (MCP tools, Task API) in a uvicorn subprocess, once per run."""
+    server = start_server("ledger", tmp_path_factory.mktemp("ledger-logs"))
+    try:
+        yield server
+    finally:
+        stop_server(server)

@@ -3,8 +3,9 @@
 ``FakeEnv`` speaks the OpenEnv protocol (HTTP routes and WebSocket ``/ws``) with behaviour passed
 as functions, so a test can build an env that answers garbage, hangs, closes mid-episode, sends
 huge frames, speaks the 0.3 dialect, or refuses sessions at capacity. ``ModelServer`` is an
-OpenAI-compatible chat-completions endpoint whose answers and failures are scripted per model
-name. Both run in uvicorn in a background thread (like httpx's test server).
+OpenAI-compatible chat-completions endpoint whose answers (text or ``tool_calls``) and failures
+are scripted per model name, and which can refuse function tools as servers without tool support
+do. Both run in uvicorn in a background thread (like httpx's test server).
 """
 
 from __future__ import annotations
@@ -150,8 +151,10 @@ class FakeEnv:
         ws: bool = True,
         action_schema: dict[str, Any] | None = None,
         on_connect: Callable[[Session], Reply] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         self.on_reset = on_reset
+        self.metadata = metadata
         self.on_step = on_step
         self.dialect = dialect
         self.capacity = capacity
@@ -197,6 +200,8 @@ class FakeEnv:
         return JSONResponse({"status": "healthy"})
 
     async def _metadata(self, request: Request) -> Response:
+        if self.metadata is not None:
+            return JSONResponse(self.metadata)
         return JSONResponse(
             {"name": "fake", "description": "a scriptable test env", "version": self.dialect}
         )
@@ -307,17 +312,43 @@ class FakeEnv:
 # --- OpenAI-compatible model server -------------------------------------------------------
 
 
+def tool_message(*calls: tuple[str, dict[str, Any] | str], content: str | None = None) -> dict:
+    """An assistant message with ``tool_calls``: ``(name, arguments)`` pairs, in order.
+
+    Arguments given as a string are sent as they are (to script malformed JSON).
+    """
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {
+                "id": f"call_{index}",
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                },
+            }
+            for index, (name, arguments) in enumerate(calls)
+        ],
+    }
+
+
 @dataclass
 class ModelScript:
     """What the stub answers for one model name."""
 
-    # Either fixed text, or a function of the request body returning the reply text.
-    reply: str | Callable[[dict[str, Any]], str] = "42"
+    # Fixed text, or a function of the request body returning the reply text or a whole
+    # assistant message (``tool_message(...)`` for tool calls).
+    reply: str | Callable[[dict[str, Any]], str | dict[str, Any]] = "42"
     # Failures served before the first success: (status, body, headers).
     failures: list[tuple[int, str, dict[str, str]]] = field(default_factory=list)
     # A raw body served instead of a completion (invalid JSON, no choices...).
     raw: str | None = None
     delay_s: float = 0.0
+    # (status, body) answered to every request that carries ``tools``, as a server without
+    # tool support does (llama.cpp without --jinja answers 500 "tools param requires --jinja").
+    refuse_tools: tuple[int, str] | None = None
 
 
 class ModelServer:
@@ -367,7 +398,11 @@ class ModelServer:
             return PlainTextResponse(text, status_code=status, headers=headers)
         if script.raw is not None:
             return PlainTextResponse(script.raw, media_type="application/json")
-        text = script.reply(body) if callable(script.reply) else script.reply
+        if script.refuse_tools is not None and "tools" in body:
+            status, text = script.refuse_tools
+            return PlainTextResponse(text, status_code=status)
+        reply = script.reply(body) if callable(script.reply) else script.reply
+        message = reply if isinstance(reply, dict) else {"role": "assistant", "content": reply}
         return JSONResponse(
             {
                 "id": "cmpl-test",
@@ -376,8 +411,8 @@ class ModelServer:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "finish_reason": "stop",
+                        "message": message,
+                        "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
                     }
                 ],
                 "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14},

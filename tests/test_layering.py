@@ -14,6 +14,7 @@ HEAVY = [
     "huggingface_hub",
     "openenv",
     "llama_cpp",
+    "ray",
 ]
 
 

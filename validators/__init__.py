@@ -4,13 +4,14 @@
 a running server's URL or a git source, and returns a ``ValidationReport`` whose verdict the
 severity policy gives. ``validate_batch_async`` does it for many submissions side by side,
 each in its own process under a deadline, and writes one report per submission plus a ranked
-summary (the env-quality board).
+summary (the env-quality board). ``rfc008_report`` writes a report in RFC 008's own layout.
 """
 
 from __future__ import annotations
 
 from ._batch import (
     BatchConfig,
+    BatchInterrupted,
     Submission,
     read_submissions,
     summary_rows,
@@ -19,17 +20,23 @@ from ._batch import (
 )
 from ._check import CheckSpec, Finding, check, failed, passed, registered_checks, skipped
 from ._config import ValidationConfig
+from ._driver import EnvDriver, Trajectory
 from ._policy import DEFAULT_POLICY, Policy, load_policy, policy_files
 from ._render import render_report
-from ._subject import Subject, Trajectory
+from ._rfc008 import rfc008_report
+from ._subject import EnvDescription, Product, Subject
 from ._validate import validate, validate_async
 
 __all__ = [
     "BatchConfig",
+    "BatchInterrupted",
     "CheckSpec",
     "DEFAULT_POLICY",
+    "EnvDescription",
+    "EnvDriver",
     "Finding",
     "Policy",
+    "Product",
     "Subject",
     "Submission",
     "Trajectory",
@@ -42,6 +49,7 @@ __all__ = [
     "read_submissions",
     "registered_checks",
     "render_report",
+    "rfc008_report",
     "skipped",
     "summary_rows",
     "validate",

@@ -6,6 +6,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from ._policy import DEFAULT_POLICY
+
 _MODEL_CONFIG = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
@@ -34,8 +36,9 @@ class ValidationConfig(BaseModel):
     """Tasks evaluated by the statistical checks."""
     temperature: Annotated[float, Field(ge=0)] = 1.0
     """Sampling temperature of the statistical run (groups need diverse samples)."""
-    policy: str = "taskhub-v1"
-    """Severity policy: ``name-version`` of a shipped one, or a policy .json file."""
+    policy: str = DEFAULT_POLICY
+    """Severity policy: ``name-version`` of a shipped one (``taskhub-v2``, RFC 008's policy
+    v2; ``taskhub-v1``), or a policy .json file."""
     checks: list[str] | None = None
     """Run only these check ids (and the checks they depend on); None runs every check."""
     budget_s: Annotated[float, Field(gt=0)] = 600.0

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ._check import JsonObject
+from ._json import JsonObject
 
 ManifestFormat = Literal["served", "descriptive", "unknown"]
 
@@ -63,6 +63,17 @@ class Manifest:
     resource_problems: list[str] = field(default_factory=list)
     oracle: dict[str, Any] | None = None
     declared_sessions: int | None = None
+    wild_reward_range: tuple[float, float] | None = None
+    """A reward range under a key manifests use without a ``validation:`` block
+    (``reward_range``, ``evaluation.reward_range``, ``reward.range``)."""
+    tasks: list[str] = field(default_factory=list)
+    """Task ids a ``tasks:`` list declares (strings, or mappings with ``id`` or ``name``)."""
+    declared_tools: list[str] | None = None
+    """``validation.capabilities.declared_tools``: the tools the env says it serves."""
+    task_api: bool = False
+    """``validation.capabilities.task_api``: the env says it serves OpenEnv's Task API."""
+    declared_task_count: dict[str, int] | None = None
+    """``validation.capabilities.declared_task_count``: tasks per split the env says it has."""
 
     @property
     def episode_timeout_s(self) -> float | None:
@@ -121,6 +132,8 @@ def read_manifest(folder: Path) -> Manifest:
         return manifest
     manifest.raw = raw
     _read_top_level(manifest, raw, folder)
+    manifest.tasks = declared_tasks(raw)
+    manifest.wild_reward_range = wild_reward_range(raw)
     validation = raw.get("validation")
     if validation is not None:
         if isinstance(validation, dict):
@@ -164,6 +177,52 @@ def _read_top_level(manifest: Manifest, raw: dict[str, Any], folder: Path) -> No
     problem = app_problem(folder, app)
     if problem:
         manifest.problems.append(problem)
+
+
+def _as_range(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, dict):
+        value = [value.get("min", value.get("low")), value.get("max", value.get("high"))]
+    if (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(_is_number(v) for v in value)
+        and value[0] < value[1]
+    ):
+        return float(value[0]), float(value[1])
+    return None
+
+
+def wild_reward_range(raw: dict[str, Any]) -> tuple[float, float] | None:
+    """The reward range of a manifest without a ``validation:`` block, under the keys seen."""
+    evaluation, reward = raw.get("evaluation"), raw.get("reward")
+    for value in (
+        raw.get("reward_range"),
+        evaluation.get("reward_range") if isinstance(evaluation, dict) else None,
+        reward.get("range") if isinstance(reward, dict) else None,
+    ):
+        found = _as_range(value)
+        if found is not None:
+            return found
+    return None
+
+
+def declared_tasks(raw: dict[str, Any]) -> list[str]:
+    """Task ids of a ``tasks:`` list, at the top level or under ``environment:``."""
+    tasks = raw.get("tasks")
+    environment = raw.get("environment")
+    if tasks is None and isinstance(environment, dict):
+        tasks = environment.get("tasks")
+    if not isinstance(tasks, list):
+        return []
+    ids = []
+    for item in tasks[:100]:
+        if isinstance(item, str | int) and not isinstance(item, bool):
+            ids.append(str(item))
+        elif isinstance(item, dict):
+            value = next((item[k] for k in ("id", "task_id", "name") if item.get(k)), None)
+            if isinstance(value, str | int) and not isinstance(value, bool):
+                ids.append(str(value))
+    return ids
 
 
 def app_problem(folder: Path, app: str) -> str | None:
@@ -240,11 +299,39 @@ def _read_validation(manifest: Manifest, block: dict[str, Any]) -> None:
                     manifest.oracle = oracle
                 else:
                     problems.append("validation.capabilities.oracle needs form and location")
+            _read_declarations(manifest, capabilities)
     types = block.get("types")
     if types is not None:
         tags = types.get("tags") if isinstance(types, dict) else None
         if not (isinstance(tags, list) and tags and all(isinstance(t, str) and t for t in tags)):
             problems.append("validation.types.tags must be a non-empty list of strings")
+
+
+def _read_declarations(manifest: Manifest, capabilities: dict[str, Any]) -> None:
+    """The tools and tasks the env declares (RFC 008 checks them against what it serves)."""
+    problems = manifest.problems
+    tools = capabilities.get("declared_tools")
+    if tools is not None:
+        if isinstance(tools, list) and all(isinstance(t, str) and t for t in tools):
+            manifest.declared_tools = list(tools)
+        else:
+            problems.append("validation.capabilities.declared_tools must be a list of tool names")
+    task_api = capabilities.get("task_api", False)
+    if isinstance(task_api, bool):
+        manifest.task_api = task_api
+    else:
+        problems.append(f"validation.capabilities.task_api must be true or false, got {task_api!r}")
+    counts = capabilities.get("declared_task_count")
+    if counts is not None:
+        if isinstance(counts, dict) and all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for k, v in counts.items()
+        ):
+            manifest.declared_task_count = dict(counts)
+        else:
+            problems.append(
+                "validation.capabilities.declared_task_count must map split names to task counts"
+            )
 
 
 def _read_reward(manifest: Manifest, reward: dict[str, Any]) -> None:

@@ -2,12 +2,15 @@
 
 Git sources are written ``git+<url>@<commit>`` (``#subdirectory=<path>`` for an env inside
 the repository), pip's syntax; a URL ending in ``.git`` needs no ``git+``. They are cloned into
-a temporary folder, checked out at the commit, and the resolved sha is recorded.
+a temporary folder, checked out at the commit, and the resolved sha is recorded. A batch
+validates a folder submission in a copy (``copy_submission``), never in place: whatever the
+env writes while it runs stays out of the submission.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
@@ -21,8 +24,13 @@ from typing import Any
 
 from taskhub import EnvLaunchError
 
-#: Folders left out of a source digest.
+#: Folders left out of a source digest (and of a submission's copy).
 DIGEST_SKIP = frozenset({".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache"})
+#: Largest submission folder copied (all files together), and most files.
+MAX_COPY_BYTES = 2 * 1024**3
+MAX_COPY_FILES = 50_000
+#: Most siblings of a submission folder linked beside its copy.
+MAX_SIBLINGS = 200
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,58 @@ async def clone(source: GitSource, into: Path, *, timeout: float = 120.0) -> tup
     if not folder.resolve().is_relative_to(repo.resolve()) or not folder.is_dir():
         raise EnvLaunchError(f"{source.spec}: no folder {source.subdirectory!r} at {sha[:12]}")
     return folder, sha
+
+
+def copy_submission(
+    folder: Path,
+    into: Path,
+    *,
+    max_bytes: int = MAX_COPY_BYTES,
+    max_files: int = MAX_COPY_FILES,
+    max_siblings: int = MAX_SIBLINGS,
+) -> Path:
+    """Copy a submission folder into the folder ``into`` (created); return the copy.
+
+    Version control, caches and virtual environments (``DIGEST_SKIP``) are left out, and
+    symbolic links are copied as links, never followed. The copy is ``into/<folder's name>``,
+    beside links to the folder's siblings (up to ``max_siblings`` of them), so that an env
+    that reads a folder next to its own (a module shared by several envs) still finds it.
+
+    Raises:
+        EnvLaunchError: The folder is larger than ``max_bytes`` or holds more than
+            ``max_files`` files, or cannot be read.
+    """
+    total = files = 0
+    for path in folder.rglob("*"):
+        rel = path.relative_to(folder)
+        if any(part in DIGEST_SKIP for part in rel.parts) or path.is_symlink():
+            continue
+        if path.is_file():
+            files += 1
+            total += path.stat().st_size
+            if total > max_bytes or files > max_files:
+                raise EnvLaunchError(
+                    f"{folder} holds more than {max_bytes / 1024**2:.0f} MiB or {max_files} "
+                    "files: too large to validate as a submission folder; leave data and "
+                    "build outputs out of it"
+                )
+
+    def ignore(directory: str, names: list[str]) -> list[str]:
+        return [n for n in names if n in DIGEST_SKIP]
+
+    source = folder.resolve()
+    copy = into / (source.name or "env")
+    into.mkdir(parents=True, exist_ok=True)
+    try:
+        shutil.copytree(source, copy, symlinks=True, ignore=ignore)
+    except (OSError, shutil.Error) as exc:
+        raise EnvLaunchError(f"cannot copy the submission folder {folder}: {exc}") from None
+    with contextlib.suppress(OSError):
+        siblings = sorted(p for p in source.parent.iterdir() if p.name != source.name)
+        for sibling in siblings[:max_siblings]:
+            if not sibling.name.startswith("."):
+                (into / sibling.name).symlink_to(sibling, target_is_directory=sibling.is_dir())
+    return copy
 
 
 def temp_workdir(prefix: str = "taskhub-validate-") -> Path:

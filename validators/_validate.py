@@ -1,8 +1,9 @@
 """The aggregator: resolve the target, run every registered check in order, apply the policy.
 
 Every check runs (a failure does not stop the others: maximum information per run), each
-under its own deadline and all under the run's time budget. A check whose prerequisites are
-missing is reported as skipped with the reason; one the budget leaves no time for is an error.
+under its own deadline and all under the run's time budget, in the order their declarations
+give (``_check.schedule``). A check whose prerequisites are missing is reported as skipped
+with the reason; one the budget leaves no time for is an error.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import math
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from taskhub import (
     EnvError,
     EnvLaunchError,
     ErrorInfo,
+    Lane,
     Task,
     TaskhubError,
     Taskset,
@@ -36,23 +38,27 @@ from taskhub import (
 from taskhub.env import LocalServer, resolve_env
 
 from . import _checks  # noqa: F401  (registers the checks)
-from ._check import CheckSpec, Finding, failed, registered_checks, skipped
+from ._check import CheckSpec, Finding, failed, prerequisites, registered_checks, skipped
 from ._config import ValidationConfig
+from ._driver import EnvDriver
+from ._json import JsonObject
 from ._manifest import read_manifest
 from ._policy import EXIT_CODES, Policy, load_policy
+from ._protocol import METADATA
 from ._sources import clone, parse_git, remove_tree, source_digest, temp_workdir
-from ._subject import Subject, TargetKind
+from ._subject import EnvDescription, Subject, TargetKind
 
 logger = logging.getLogger(__name__)
 
-#: Checks that set up what the others use; always run when any check is selected.
-INFRASTRUCTURE = ("runtime.startup", "protocol.schema", "protocol.websocket", "protocol.episode")
 #: Protocol checks that, when all fail on a URL, mean it is not an OpenEnv server at all.
 RECOGNITION = ("protocol.health", "protocol.schema", "protocol.websocket", "protocol.episode")
 #: How many times a server that died during validation is started again.
 MAX_RELAUNCHES = 2
 
 OnCheck = Callable[[CheckResult], None]
+#: Prepares the env before the first check past the static level (installs its requirements)
+#: and returns the interpreter that runs it; an ``EnvLaunchError`` fails ``runtime.startup``.
+Prepare = Callable[[], Awaitable[str | None]]
 
 
 def _jsonable(value: Any, depth: int = 0) -> Any:
@@ -90,6 +96,26 @@ def default_taskset(kind: TargetKind, spec: str, folder: Path | None) -> str | N
     return None
 
 
+def missing_need(subject: Subject, need: str) -> str | None:
+    """Why ``need`` is not available to a check (None when it is)."""
+    env, driver = subject.env, subject.driver
+    reasons: dict[str, tuple[bool, str]] = {
+        "folder": (env.folder is None, "the target is a URL: there are no files to read"),
+        "server": (driver.url is None, "no running server (it did not start, or died)"),
+        "episode": (
+            driver.url is None or not subject.passed("protocol.episode"),
+            "no episode could run (protocol.episode did not pass, or the server died)",
+        ),
+        "ws": (driver.transport != "ws", "the server has no WebSocket sessions"),
+        "exchanges": (False, ""),
+        "taskset": (env.taskset is None, "no taskset was given (--taskset)"),
+        "process": (driver.server is None, "the server is not a local process"),
+        "model": (not subject.config.model, "no model was given (--model)"),
+    }
+    missing, why = reasons[need]
+    return why if missing else None
+
+
 def _selected(specs: list[CheckSpec], wanted: list[str] | None) -> list[CheckSpec]:
     if not wanted:
         return specs
@@ -97,21 +123,20 @@ def _selected(specs: list[CheckSpec], wanted: list[str] | None) -> list[CheckSpe
     unknown = sorted(set(wanted) - set(by_id))
     if unknown:
         raise ConfigError(f"unknown check id(s) {unknown}; known: {', '.join(sorted(by_id))}")
-    keep = set(wanted) | set(INFRASTRUCTURE)
-    pending = list(keep)
-    while pending:
-        spec = by_id.get(pending.pop())
-        for dep in spec.after if spec else ():
-            if dep not in keep:
-                keep.add(dep)
-                pending.append(dep)
+    keep = prerequisites(specs, wanted)
     return [s for s in specs if s.id in keep]
 
 
 class _Run:
     """One validation in progress."""
 
-    def __init__(self, subject: Subject, policy: Policy, on_check: OnCheck | None) -> None:
+    def __init__(
+        self,
+        subject: Subject,
+        policy: Policy,
+        on_check: OnCheck | None,
+        specs: list[CheckSpec] | None = None,
+    ) -> None:
         self.subject = subject
         self.policy = policy
         self.on_check = on_check
@@ -120,6 +145,24 @@ class _Run:
         self.relaunches = 0
         self.deaths_seen: set[int] = set()
         self.deadline = time.monotonic() + subject.config.budget_s
+        self.providers = {need: s.id for s in specs or () for need in s.provides}
+        self.died_during: str | None = None
+        self.prepare_error: EnvLaunchError | None = None
+        manifest = subject.env.manifest
+        self.legacy_manifest = bool(manifest and manifest.raw and manifest.validation is None)
+
+    def _env_caused(self, need: str) -> bool:
+        """Whether a missing ``need`` is the env's doing (a server that did not start...)."""
+        local = need == "process" and self.subject.env.folder is not None
+        return need in self.providers or local
+
+    def _blocker(self, need: str) -> str | None:
+        """The check whose failure left ``need`` missing (a skip for it counts against the env)."""
+        provider = self.providers.get("server" if need == "process" else need)
+        result = self.subject.results.get(provider) if provider else None
+        if result is not None and result.status != "pass":
+            return provider
+        return self.died_during if self._env_caused(need) else None
 
     def _prerequisite(self, spec: CheckSpec) -> Finding | None:
         subject = self.subject
@@ -130,24 +173,25 @@ class _Run:
                 return skipped(
                     f"depends on {dep}, which did not pass", measured={"blocked_by": dep}
                 )
-        reasons = {
-            "folder": (subject.folder is None, "the target is a URL: there are no files to read"),
-            "server": (subject.url is None, "no running server (it did not start, or died)"),
-            "episode": (
-                subject.url is None or not subject.cache.get("episode_ok"),
-                "no episode could run (protocol.episode did not pass, or the server died)",
-            ),
-            "ws": (subject.transport != "ws", "the server has no WebSocket sessions"),
-            "taskset": (subject.taskset is None, "no taskset was given (--taskset)"),
-            "process": (subject.server is None, "the server is not a local process"),
-            "model": (not subject.config.model, "no model was given (--model)"),
-        }
-        for need in spec.needs:
-            missing, why = reasons[need]
-            if missing:
+        # a need nobody provides (a model, a taskset, files) first: its skip does not apply to
+        # the env, while a missing server or episode is the env's doing and counts against it
+        for need in sorted(spec.needs, key=self._env_caused):
+            why = missing_need(subject, need)
+            if why is not None:
                 if need in ("server", "episode"):
                     self.blocked.add(spec.id)
-                return skipped(why)
+                blocker = self._blocker(need)
+                return skipped(why, measured={"blocked_by": blocker} if blocker else None)
+        if self.prepare_error is not None and "server" in spec.provides:
+            message = str(self.prepare_error)
+            return failed(
+                f"the env could not be prepared: {message.splitlines()[0] if message else ''}",
+                "Make the declared requirements install in a fresh virtual environment of "
+                "this Python (pin versions that ship wheels for it); pip's whole output is "
+                "in the submission's log.",
+                measured={"prepare_timed_out": bool(getattr(self.prepare_error, "timed_out", 0))},
+                evidence=[message[-4000:]],
+            )
         return None
 
     async def run_check(self, spec: CheckSpec) -> CheckResult:
@@ -164,7 +208,7 @@ class _Run:
             id=spec.id,
             level=spec.level,
             status=finding.status,
-            severity=self.policy.severity(spec.id),
+            severity=self.policy.severity(spec.id, legacy_manifest=self.legacy_manifest),
             summary=finding.summary[:1000],
             measured=_jsonable(finding.measured),
             evidence=_jsonable(evidence[:20]),
@@ -177,18 +221,19 @@ class _Run:
         if self.on_check is not None:
             self.on_check(result)
         if died is not None:
-            subject.url = None
+            self.died_during = spec.id
+            subject.driver.url = None
             if self.relaunches < MAX_RELAUNCHES:  # so that one crash does not fail every check
                 self.relaunches += 1
                 try:
-                    await subject.launch()
+                    await subject.driver.launch()
                 except (EnvError, OSError) as exc:
                     logger.warning("relaunching the server failed: %s", exc)
-        subject.sample_rss()
+        subject.driver.sample_rss()
         return result
 
     def _server_died(self) -> str | None:
-        server = self.subject.server
+        server = self.subject.driver.server
         if server is None or server.process.poll() is None or id(server) in self.deaths_seen:
             return None
         self.deaths_seen.add(id(server))
@@ -210,13 +255,14 @@ class _Run:
         limit = config.stat_timeout_s if spec.level == "statistical" else config.check_timeout_s
         budget_bound = remaining < limit
         timeout = min(limit, remaining)
-        subject.current_check = spec.id
-        first_exchange = len(subject.exchanges)
+        subject.driver.current_check = spec.id
+        exchanges = subject.driver.exchanges
+        first_exchange = len(exchanges)
         try:
             async with asyncio.timeout(timeout):
                 return await spec.fn(subject)
         except TimeoutError:
-            tail = [e.evidence() for e in subject.exchanges[first_exchange:][-3:]]
+            tail = [e.evidence() for e in exchanges[first_exchange:][-3:]]
             if budget_bound:
                 return Finding(
                     "error",
@@ -230,7 +276,7 @@ class _Run:
                 evidence=tail,
             )
         except EnvError as exc:
-            tail = [e.evidence() for e in subject.exchanges[first_exchange:][-3:]]
+            tail = [e.evidence() for e in exchanges[first_exchange:][-3:]]
             return failed(
                 f"the env broke the check: {type(exc).__name__}: {exc}"[:600],
                 "Answer every protocol request with a well-formed frame.",
@@ -254,6 +300,7 @@ async def validate_async(
     on_check: OnCheck | None = None,
     on_launch: Callable[[LocalServer], None] | None = None,
     log_dir: Path | None = None,
+    prepare: Prepare | None = None,
 ) -> ValidationReport:
     """Validate an env and return its report card.
 
@@ -265,6 +312,9 @@ async def validate_async(
         on_launch: Called with each env server launched (before it is healthy), so that a
             supervisor can kill it if this process dies.
         log_dir: Where launched servers write their output (a temp folder when None).
+        prepare: Run after the static checks, before the env is launched (a batch installs
+            the submission's requirements); it returns the interpreter to launch with. Its
+            ``EnvLaunchError`` is the failure of ``runtime.startup``: the static checks stand.
 
     Returns:
         The report: every check, and the verdict of the severity policy. Verdict
@@ -318,8 +368,8 @@ async def validate_async(
     except EnvLaunchError as exc:
         if workdir is not None:
             remove_tree(workdir)
-        return report(
-            verdict="unsupported",
+        return report(  # a clone that fails is an error, not a target that is no env
+            verdict="error" if git else "unsupported",
             target_kind="git" if git else "folder",
             error=ErrorInfo(type=type(exc).__name__, message=str(exc), boundary="validate"),
         )
@@ -357,32 +407,45 @@ async def validate_async(
     async with httpx.AsyncClient(
         timeout=httpx.Timeout(config.op_timeout_s, connect=5.0), follow_redirects=False
     ) as http:
-        subject = Subject(
+        description = EnvDescription(
             target=shown,
             kind=kind,
-            config=config,
-            policy=policy,
-            http=http,
             folder=folder,
             manifest=manifest,
-            url=url,
             taskset=taskset,
             taskset_source=taskset_source,
             tasks=tasks,
+        )
+        driver = EnvDriver(
+            config=config,
+            http=http,
+            folder=folder,
+            url=url,
+            sessions=description.declared_sessions,
             log_dir=log_dir or (workdir / "logs" if workdir else None),
             python=config.python,
             on_launch=on_launch,
         )
-        run = _Run(subject, policy, on_check)
+        subject = Subject(env=description, driver=driver, config=config, policy=policy)
+        run = _Run(subject, policy, on_check, specs)
         error: ErrorInfo | None = None
         try:
             for spec in specs:
+                if prepare is not None and spec.level != "static":
+                    try:
+                        driver.python = await prepare() or driver.python
+                    except EnvLaunchError as exc:
+                        run.prepare_error = exc
+                    prepare = None
                 await run.run_check(spec)
+            if config.checks is None:  # RFC 008's ids no check implements: skips, with why
+                lane: Lane = "hub" if config.model else "local"
+                run.results += policy.unimplemented([s.id for s in specs], lane)
         except Exception as exc:  # the aggregator itself failed: an internal error
             logger.exception("validation of %s failed", target)
             error = ErrorInfo(type=type(exc).__name__, message=str(exc), boundary="validate")
         finally:
-            subject.stop()
+            driver.stop()
             if workdir is not None:
                 remove_tree(workdir)
     results = run.results
@@ -409,12 +472,17 @@ async def validate_async(
         target=shown,
         target_kind=kind,
         name=name,
-        env_metadata=subject.metadata,
+        env_metadata=_metadata_body(subject),
         taskset=taskset.ref if taskset is not None else None,
         checks=results,
         error=error,
         source_digest=digest,
     )
+
+
+def _metadata_body(subject: Subject) -> JsonObject | None:
+    reply = subject.peek(METADATA)
+    return reply.json if reply is not None and isinstance(reply.json, dict) else None
 
 
 def validate(

@@ -1,5 +1,10 @@
 """One submission of a batch, in its own process: ``python -m taskhub.validators._worker JOB``.
 
+The worker clones a git submission, or copies a folder submission into its work folder (the
+submission itself is never written to), and validates it; when the batch isolates venvs, it
+installs the submission's requirements after the static checks, so that an install that
+fails or runs out of time still leaves them in the report. It writes what it is doing to the
+job's phase file, so that a batch that has to kill it at the deadline can say what ran out.
 The batch kills this process (and its process group) at the submission's deadline, so every
 finished check is appended to the job's partial file as soon as it is known.
 """
@@ -17,32 +22,43 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from taskhub import CheckResult, ErrorInfo, TaskhubError, ValidationReport, __version__
+from taskhub import CheckResult, ErrorInfo, TaskhubError, ValidationReport
 from taskhub.env import LocalServer
 
-from ._batch import write_report
+from ._batch import error_report, target_kind, write_report
 from ._config import ValidationConfig
-from ._policy import EXIT_CODES, load_policy
-from ._sources import clone, parse_git, remove_tree
+from ._sources import clone, copy_submission, parse_git, remove_tree
 from ._validate import validate_async
-from ._venv import prepare_venv
+from ._venv import DEFAULT_INSTALL_TIMEOUT_S, prepare_venv
 
 
 async def run_job(job: dict[str, Any]) -> ValidationReport:
-    """Validate the job's target (in an isolated venv when asked) and return the report."""
+    """Validate the job's target in a copy (in an isolated venv when asked); return the report.
+
+    Raises:
+        TaskhubError: The clone, the copy or the install failed (the submission's error).
+    """
     config = ValidationConfig.model_validate(job["config"])
     key = os.environ.get("TASKHUB_VALIDATE_API_KEY")
     if key:
         config = config.model_copy(update={"api_key": SecretStr(key)})
     partial = Path(job["partial"])
     workdir = Path(job["workdir"])
-    workdir.mkdir(parents=True, exist_ok=True)
+    remove_tree(workdir)
+    workdir.mkdir(parents=True)
     target = str(job["target"])
+    phase_file = Path(job["phase"])
 
-    def on_launch(server: LocalServer) -> None:
+    def phase(name: str) -> None:
+        phase_file.write_text(name, encoding="utf-8")
+
+    def record_pid(pid: int) -> None:
         # the batch kills these process groups if it has to kill this worker
         with Path(job["pids"]).open("a", encoding="utf-8") as handle:
-            handle.write(f"{server.process.pid}\n")
+            handle.write(f"{pid}\n")
+
+    def on_launch(server: LocalServer) -> None:
+        record_pid(server.process.pid)
 
     def on_check(result: CheckResult) -> None:
         with partial.open("a", encoding="utf-8") as handle:
@@ -50,19 +66,46 @@ async def run_job(job: dict[str, Any]) -> ValidationReport:
 
     shown: dict[str, Any] = {}
     try:
-        if job.get("isolated_venv"):
-            git = parse_git(target)
-            if git is not None:
-                folder, sha = await clone(git, workdir / "src")
-                target = str(folder)
-                sub = f"#subdirectory={git.subdirectory}" if git.subdirectory else ""
-                shown = {"target": f"{git.url}@{sha}{sub}", "target_kind": "git"}
+        git = parse_git(target)
+        if git is not None:
+            phase("clone")
+            folder, sha = await clone(git, workdir / "src")
+            target = str(folder)
+            sub = f"#subdirectory={git.subdirectory}" if git.subdirectory else ""
+            shown = {"target": f"{git.url}@{sha}{sub}", "target_kind": "git"}
+        elif Path(target).is_dir():
+            phase("copy")
+            copy = copy_submission(Path(target), workdir / "src")
+            target = str(copy)
+            shown = {"target": str(job["target"])}
+        prepare = None
+        if job.get("isolated_venv") and Path(target).is_dir():
             folder = Path(target)
-            if folder.is_dir():
-                python = await prepare_venv(folder, workdir, offline=bool(job.get("offline")))
-                config = config.model_copy(update={"python": str(python)})
+
+            async def prepare() -> str:
+                # after the static checks: an install that fails still leaves them standing
+                phase("install")
+                sys.stderr.flush()
+                python = await prepare_venv(
+                    folder,
+                    workdir,
+                    offline=bool(job.get("offline")),
+                    timeout=float(job.get("install_timeout_s") or DEFAULT_INSTALL_TIMEOUT_S),
+                    cache_dir=Path(job["pip_cache"]) if job.get("pip_cache") else None,
+                    log=sys.stderr.buffer,
+                    on_start=record_pid,
+                )
+                phase("validate")
+                return str(python)
+
+        phase("validate")
         report = await validate_async(
-            target, config, on_check=on_check, on_launch=on_launch, log_dir=Path(job["log_dir"])
+            target,
+            config,
+            on_check=on_check,
+            on_launch=on_launch,
+            log_dir=Path(job["log_dir"]),
+            prepare=prepare,
         )
         return report.model_copy(update=shown) if shown else report
     finally:
@@ -70,7 +113,7 @@ async def run_job(job: dict[str, Any]) -> ValidationReport:
 
 
 def main() -> None:
-    """Entry point: read the job file, write the report, exit 0 (3 on an internal error)."""
+    """Entry point: read the job file, write the report, exit 0."""
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,
@@ -80,21 +123,17 @@ def main() -> None:
     started_at = datetime.now(UTC)
     try:
         report = asyncio.run(run_job(job))
-    except TaskhubError as exc:  # a bad taskset or venv: this submission's error
+    except TaskhubError as exc:  # a failed clone, copy, install or taskset: this submission's
         config = ValidationConfig.model_validate(job["config"])
-        policy = load_policy(config.policy)
-        report = ValidationReport(
-            target=str(job["target"]),
-            target_kind="git" if parse_git(str(job["target"])) else "folder",
-            name=config.name or str(job["target"]),
-            policy={"name": policy.name, "version": policy.version},
-            verdict="error",
-            exit_code=EXIT_CODES["error"],
+        target = str(job["target"])
+        report = error_report(
+            target=target,
+            name=config.name or target,
+            config=config,
             started_at=started_at,
-            duration_s=(datetime.now(UTC) - started_at).total_seconds(),
-            taskhub_version=__version__,
-            model=config.model,
+            duration=(datetime.now(UTC) - started_at).total_seconds(),
             error=ErrorInfo.from_exception(exc),
+            kind=target_kind(target),
         )
     write_report(Path(job["report"]), report)
 

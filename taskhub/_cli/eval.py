@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import SecretStr, ValidationError
@@ -15,7 +15,8 @@ from rich.console import Console
 from taskhub._cli._render import BarProgress, summary_table, task_table
 from taskhub._errors import TaskhubError
 from taskhub._runner import RunResult, evaluate, resume
-from taskhub._schema import EvalConfig, SamplingParams
+from taskhub._schema import EvalConfig, SamplingParams, ToolCalling
+from taskhub._urls import redact_urls_in
 
 DEFAULT_MODEL = "local/smollm2-135m"
 DEFAULT_TASKSET = "arith"
@@ -31,9 +32,25 @@ def _parse_shard(value: str | None) -> tuple[int, int] | None:
     return int(index), int(count)
 
 
+def _parse_options(values: list[str] | None) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for value in values or []:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(
+                f"{value!r} is not KEY=VALUE", param_hint="--env-provider-option"
+            )
+        try:
+            options[key.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            options[key.strip()] = text
+    return options
+
+
 def _redacted_argv() -> list[str]:
+    """The command line as ``run.json`` records it: no key, no credentials in any URL."""
     argv, hide = [], False
-    for arg in sys.argv:
+    for arg in map(redact_urls_in, sys.argv):
         if hide:
             argv.append("***")
             hide = False
@@ -86,8 +103,16 @@ def eval_command(
         ),
     ] = None,
     split: Annotated[str | None, typer.Option(help="Split to run (default: the card's).")] = None,
-    limit: Annotated[int | None, typer.Option(help="Run only the first N tasks.", min=1)] = None,
-    shard: Annotated[str | None, typer.Option(help="Run shard i/n of the tasks (0-based).")] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Run only the first N tasks (before --shard).", min=1)
+    ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            help="Run shard i/n (0-based) of the tasks --limit kept; `taskhub results merge` "
+            "joins the shards' run directories into one run."
+        ),
+    ] = None,
     samples: Annotated[
         int, typer.Option("--samples", "-k", help="Episodes per task (pass@k).", min=1)
     ] = 1,
@@ -100,6 +125,23 @@ def eval_command(
     replicas: Annotated[
         int, typer.Option(help="Server processes to launch for a local env.", min=1)
     ] = 1,
+    env_provider: Annotated[
+        str | None,
+        typer.Option(
+            help="Start the env with an OpenEnv provider: uv (ENV: folder, built-in env, Space "
+            "id, git+URL; its own dependencies via uv run), docker (ENV: an image or a Space "
+            "id), hf-sandbox, modal, daytona, novita, aca (ENV: the provider's image source).",
+            envvar="TASKHUB_ENV_PROVIDER",
+        ),
+    ] = None,
+    env_provider_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--env-provider-option",
+            help="KEY=VALUE passed to the provider's constructor (VALUE read as JSON when it "
+            "parses), repeatable. Never credentials: the SDKs read theirs from the environment.",
+        ),
+    ] = None,
     max_sessions_per_env: Annotated[
         int | None,
         typer.Option(help="Sessions per server at most (default: learnt from the server).", min=1),
@@ -141,6 +183,15 @@ def eval_command(
     fail_fast: Annotated[
         bool, typer.Option(help="Stop at the first episode that is not scored.")
     ] = False,
+    tool_calling: Annotated[
+        ToolCalling,
+        typer.Option(
+            help="native: offer the env's actions as function tools (OpenAI tools); text: ask "
+            "for JSON in the reply; auto: native where the backend supports it, text where "
+            "the server refuses tools.",
+            envvar="TASKHUB_TOOL_CALLING",
+        ),
+    ] = "auto",
     revision: Annotated[
         str | None, typer.Option(help="Branch, tag or commit of a Hub taskset.")
     ] = None,
@@ -162,6 +213,35 @@ def eval_command(
             "--resume",
             help="Finish the interrupted run in this directory "
             "(other arguments are taken from its run.json).",
+        ),
+    ] = None,
+    trust_remote_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-remote-code",
+            help="Let the taskset's rows and card run code on this machine (python:, trl:, "
+            "openenv: rewards, an env folder); refused otherwise. Read it first: taskhub "
+            "taskset show TASKSET.",
+        ),
+    ] = False,
+    retry: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--retry",
+            help="With --resume: also run again the episodes that ended so ('infra': "
+            "infra_error); their earlier records stay as history, never counted.",
+        ),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Play the episodes on a Ray cluster, one worker per node (each with its own "
+            "env servers, model client and --concurrency): 'local' starts Ray on this machine, "
+            "'auto' joins the one running here, HOST:PORT or ray://HOST:PORT a cluster. The "
+            "records are those of a run without --ray. Needs taskhub-openenv[ray].",
+            envvar="TASKHUB_RAY",
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -195,17 +275,27 @@ def eval_command(
     hub_token = os.environ.get("HF_TOKEN")
     if hub_token and "/" in env and not env.startswith(("http", "ws", ".", "/")):
         headers["Authorization"] = f"Bearer {hub_token}"
+    executor = None
+    if ray is not None:
+        from taskhub._ray import RayExecutor
+
+        executor = RayExecutor(ray)
     try:
         result: RunResult
         if resume_dir is not None:
             result = resume(
                 resume_dir,
                 api_key=api_key,
+                base_url=base_url,
+                retry=retry or (),
                 progress=bar,
                 env_headers=headers,
                 argv=_redacted_argv(),
+                executor=executor,
             )
         else:
+            if retry:
+                raise typer.BadParameter("--retry needs --resume RUN_DIR", param_hint="--retry")
             try:
                 config = EvalConfig(
                     model=model,
@@ -223,6 +313,8 @@ def eval_command(
                     seed=seed,
                     concurrency=concurrency,
                     replicas=replicas,
+                    env_provider=env_provider,
+                    env_provider_options=_parse_options(env_provider_option),
                     max_sessions_per_env=max_sessions_per_env,
                     fresh_session=fresh_session,
                     max_steps=max_steps,
@@ -234,6 +326,8 @@ def eval_command(
                     max_retries=max_retries,
                     format_retries=format_retries,
                     fail_fast=fail_fast,
+                    trust_remote_code=trust_remote_code,
+                    tool_calling=tool_calling,
                 )
             except ValidationError as exc:
                 first = exc.errors()[0]
@@ -247,6 +341,7 @@ def eval_command(
                 env_headers=headers,
                 hub_token=hub_token,
                 argv=_redacted_argv(),
+                executor=executor,
             )
     except KeyboardInterrupt:
         typer.echo(

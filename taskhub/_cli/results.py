@@ -11,10 +11,13 @@ import typer
 from rich.console import Console
 
 from taskhub._cli._render import summary_table, task_table
+from taskhub._cli.merge import merge_command
 from taskhub._errors import TaskhubError
-from taskhub._results import read_run, summarize
+from taskhub._results import SUMMARY_COLUMNS, read_manifest, summarize
+from taskhub._results_table import dropped_records, read_results_table
 
 app = typer.Typer(help="Read run directories and publish them.", no_args_is_help=True)
+app.command("merge")(merge_command)
 
 
 @app.command("show")
@@ -29,27 +32,39 @@ def show(
     from taskhub._cli import fail
 
     try:
-        run = read_run(run_dir)
+        manifest = read_manifest(run_dir)
+        # columns, not records: a run of a million episodes fits in memory this way
+        table = read_results_table(run_dir, columns=SUMMARY_COLUMNS)
+        duplicates, retried = dropped_records(run_dir)
     except TaskhubError as exc:
         raise fail(exc) from None
-    summary = summarize(run.records, n_planned=run.manifest.n_planned)
+    summary = summarize(table, n_planned=manifest.n_planned)
     if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "run_dir": str(run.path),
-                    "run_id": run.manifest.run_id,
-                    "status": run.manifest.status,
-                    "model": run.manifest.model.spec,
-                    "taskset": run.manifest.taskset.model_dump(mode="json"),
-                    "summary": summary.model_dump(mode="json"),
-                },
-                indent=2,
-            )
+        head = json.dumps(
+            {
+                "run_dir": str(run_dir),
+                "run_id": manifest.run_id,
+                "status": manifest.status,
+                "model": manifest.model.spec,
+                "taskset": manifest.taskset.model_dump(mode="json"),
+                "dropped_duplicates": duplicates,
+                "retried": retried,
+                "summary": None,
+            },
+            indent=2,
         )
+        # pydantic's own encoder: a summary of many tasks is written in a fraction of the time
+        body = summary.model_dump_json(indent=2).replace("\n", "\n  ")
+        typer.echo(head.removesuffix("null\n}") + body + "\n}")
         return
+    if duplicates:
+        typer.echo(
+            f"note: dropped {duplicates} duplicate record(s): some episodes were recorded "
+            "twice (two writers at once?); each counts once",
+            err=True,
+        )
     console = Console()
-    console.print(summary_table(summary, run.manifest, run.path))
+    console.print(summary_table(summary, manifest, run_dir))
     if tasks:
         console.print(task_table(summary, tasks))
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sized
+from collections.abc import Callable, Mapping, Sized
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from taskhub._errors import TaskhubError
-from taskhub._schema import TasksetCard
+from taskhub._schema import Task, TasksetCard
 from taskhub._taskset import builtin_tasksets, load_taskset
 
 _TOKEN_HELP = "Hub token with write access (default: HF_TOKEN or the stored `hf auth login`)."
@@ -52,7 +52,7 @@ def check(
 
     try:
         taskset = load_taskset(source)
-        check_taskset(taskset)
+        remote = check_taskset(taskset)
     except TaskhubError as exc:
         raise fail(exc) from None
     counts = _counts(taskset.splits)
@@ -63,11 +63,21 @@ def check(
             "splits": counts,
             "fingerprint": taskset.ref.fingerprint,
             "commit_sha": taskset.ref.commit_sha,
+            "remote_code": [str(item) for item in remote],
         }
         typer.echo(json.dumps(info, indent=2))
     else:
         rows = ", ".join(f"{split} {count} rows" for split, count in counts.items())
         typer.echo(f"ok: {taskset.name}: {rows}")
+        _print_remote_code([str(item) for item in remote])
+
+
+def _print_remote_code(items: list[str]) -> None:
+    if not items:
+        return
+    typer.echo(f"runs code ({len(items)}; evaluating it needs --trust-remote-code):")
+    for item in items:
+        typer.echo(f"  {item}")
 
 
 @app.command("init")
@@ -76,13 +86,28 @@ def init(
         str,
         typer.Argument(
             help="A .jsonl/.json/.csv/.parquet file of rows, or a Python generator "
-            "MODULE:FUNCTION or FILE.py:FUNCTION returning rows (or a dict of split -> rows)."
+            "MODULE:FUNCTION or FILE.py:FUNCTION returning rows (or a dict of split -> rows). "
+            "With --from-env, only FOLDER is given."
         ),
     ],
-    folder: Annotated[Path, typer.Argument(help="The taskset folder to create.")],
+    folder: Annotated[
+        Path | None, typer.Argument(help="The taskset folder to create.", show_default=False)
+    ] = None,
     env: Annotated[
-        str, typer.Option(help="Environment the tasks run on: built-in name, URL, Space id.")
-    ],
+        str | None,
+        typer.Option(
+            help="Environment the tasks run on: built-in name, URL, Space id "
+            "(default with --from-env: that URL)."
+        ),
+    ] = None,
+    from_env: Annotated[
+        str | None,
+        typer.Option(
+            "--from-env",
+            help="URL of a running env: its own tasks (OpenEnv Task API), every split, as rows "
+            "that reset by split and index.",
+        ),
+    ] = None,
     split: Annotated[str, typer.Option(help="Split name of the rows (a data file).")] = "train",
     name: Annotated[str | None, typer.Option(help="Taskset name (default: folder name).")] = None,
     description: Annotated[str | None, typer.Option(help="One paragraph for the card.")] = None,
@@ -102,7 +127,30 @@ def init(
     from taskhub._cli import fail
     from taskhub.hub import init_taskset
 
+    rows_source: str | Callable[[], dict[str, list[Task]]] = source
+    if from_env is not None:
+        if folder is not None:
+            raise typer.BadParameter(
+                f"with --from-env give only the folder, not {source!r} and {str(folder)!r}"
+            )
+        folder, env = Path(source), env or from_env
+    if folder is None:
+        raise typer.BadParameter("FOLDER is missing: taskhub taskset init SOURCE FOLDER --env ENV")
+    if env is None:
+        raise typer.BadParameter("--env is missing: the environment the tasks run on")
     try:
+        if from_env is not None:
+            from taskhub.env import env_tasks
+
+            env_name, served = env_tasks(from_env)
+            name = name or env_name
+            description = description or f"The tasks the {env_name} env serves at {from_env}."
+
+            def task_api() -> dict[str, list[Task]]:
+                return served
+
+            task_api.__name__ = f"the Task API of {from_env}"
+            rows_source = task_api
         card = TasksetCard(
             name=name,
             description=description,
@@ -111,7 +159,7 @@ def init(
             rewards=reward or ["env"],
             max_steps=max_steps,
         )
-        taskset = init_taskset(source, folder, env=env, split=split, card=card, force=force)
+        taskset = init_taskset(rows_source, folder, env=env, split=split, card=card, force=force)
     except TaskhubError as exc:
         raise fail(exc) from None
     rows = ", ".join(f"{s} {n} rows" for s, n in _counts(taskset.splits).items())
@@ -189,6 +237,7 @@ def show(
         typer.echo(f"  columns   {', '.join(detail.columns)}")
         if detail.metadata_keys:
             typer.echo(f"  metadata  {', '.join(detail.metadata_keys)}")
+    _print_remote_code(info.remote_code)
 
 
 @app.command("profile")

@@ -2,7 +2,8 @@
 
 Exit codes of one validation: 0 pass or warn, 1 fail, 2 not a recognizable env (or bad
 usage), 3 internal error. Of a batch: 0 every submission has a report, 1 some were left for a
-resumed run (time budget), 2 bad usage, 3 internal error, 130 interrupted.
+resumed run (time budget), 2 bad usage, 3 internal error, 128 + the signal's number when a
+signal stopped it (130 Ctrl-C, 143 SIGTERM).
 """
 
 from __future__ import annotations
@@ -59,8 +60,12 @@ def validate_command(
         float, typer.Option(help="Sampling temperature of the statistical run.", min=0)
     ] = 1.0,
     policy: Annotated[
-        str, typer.Option(help="Severity policy: a shipped name-version or a .json file.")
-    ] = "taskhub-v1",
+        str,
+        typer.Option(
+            help="Severity policy: a shipped name-version (taskhub-v2: RFC 008's policy v2; "
+            "taskhub-v1) or a .json file."
+        ),
+    ] = "taskhub-v2",
     check: Annotated[
         list[str] | None,
         typer.Option("--check", help="Run only this check id (repeatable); prerequisites run too."),
@@ -82,6 +87,14 @@ def validate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     output: Annotated[
         Path | None, typer.Option(help="Also write the JSON report to this file.")
+    ] = None,
+    rfc008: Annotated[
+        Path | None,
+        typer.Option(
+            "--rfc008",
+            help="Also write the report in RFC 008's own layout (OpenEnv's report version 2) "
+            "to this file; with --batch, one per submission into this folder.",
+        ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show measured values.")] = False,
     batch: Annotated[
@@ -111,6 +124,29 @@ def validate_command(
     offline: Annotated[
         bool, typer.Option(help="With --isolated-venv: install from local paths only.")
     ] = False,
+    install_timeout: Annotated[
+        float,
+        typer.Option(
+            help="With --isolated-venv: time limit of one submission's install, seconds.", min=1
+        ),
+    ] = 600.0,
+    pip_cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --isolated-venv: pip's cache, shared by every install "
+            "(default: OUT/.pip-cache)."
+        ),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Batch: one Ray task per submission on a Ray cluster ('local', 'auto', "
+            "HOST:PORT), each under its deadline; the reports are written here.",
+            envvar="TASKHUB_RAY",
+        ),
+    ] = None,
 ) -> None:
     """Validate an OpenEnv environment (or a batch of submissions) and print its report card.
 
@@ -120,9 +156,11 @@ def validate_command(
     """
     from taskhub.validators import (
         BatchConfig,
+        BatchInterrupted,
         ValidationConfig,
         read_submissions,
         render_report,
+        rfc008_report,
         validate,
         validate_batch,
     )
@@ -163,7 +201,11 @@ def validate_command(
                 budget_s=batch_budget,
                 isolated_venv=isolated_venv,
                 offline=offline,
+                install_timeout_s=install_timeout,
+                pip_cache=pip_cache,
+                rfc008=rfc008 is not None,
                 validation=config,
+                ray=ray,
             )
         except (TaskhubError, ValidationError) as exc:
             typer.echo(f"{type(exc).__name__}: {exc}", err=True)
@@ -183,21 +225,34 @@ def validate_command(
 
         try:
             rows = validate_batch(submissions, batch_config, progress=progress)
-        except KeyboardInterrupt:
-            typer.echo(f"interrupted: finished reports are in {out}; run again to resume", err=True)
-            raise typer.Exit(130) from None
+        except (KeyboardInterrupt, BatchInterrupted) as exc:
+            signum = getattr(exc, "signum", 2)
+            typer.echo(
+                f"interrupted ({exc or 'SIGINT'}): every worker and env server was stopped; "
+                f"finished reports are in {out}; run again to resume",
+                err=True,
+            )
+            raise typer.Exit(128 + signum) from None
         except TaskhubError as exc:
             typer.echo(f"{type(exc).__name__}: {exc}", err=True)
             raise typer.Exit(USAGE_EXIT) from None
+        if rfc008 is not None and rfc008.resolve() != (out / "rfc008").resolve():
+            rfc008.mkdir(parents=True, exist_ok=True)
+            for path in sorted((out / "rfc008").glob("*.json")):
+                (rfc008 / path.name).write_text(path.read_text(encoding="utf-8"), "utf-8")
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
         else:
-            typer.echo(f"{'rank':>4}  {'verdict':<11} {'score':>5}  name / failed checks")
+            typer.echo(
+                f"{'rank':>4}  {'verdict':<11} {'score':>5}  {'reached':<8} name / failed checks"
+            )
             for row in rows:
                 failed = ", ".join(row["failed_checks"][:6])
+                more = len(row["failed_checks"]) - 6
                 typer.echo(
-                    f"{row['rank']:>4}  {row['verdict']:<11} {row['score']:>5.2f}  "
-                    f"{row['name']}" + (f"  [{failed}]" if failed else "")
+                    f"{row['rank']:>4}  {row['verdict']:<11} {row['score']:>5.1f}  "
+                    f"{row['reached']:<8} {row['name']}"
+                    + (f"  [{failed}{f' +{more}' if more > 0 else ''}]" if failed else "")
                 )
             typer.echo(f"reports and summary.json/summary.csv in {out}")
         raise typer.Exit(0 if len(rows) == total else 1)
@@ -218,6 +273,9 @@ def validate_command(
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text + "\n", encoding="utf-8")
+    if rfc008 is not None:
+        rfc008.parent.mkdir(parents=True, exist_ok=True)
+        rfc008.write_text(json.dumps(rfc008_report(report), indent=2) + "\n", encoding="utf-8")
     if as_json:
         sys.stdout.write(text + "\n")
     else:

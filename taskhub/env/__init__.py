@@ -1,4 +1,4 @@
-"""Talking to OpenEnv environments: the async client, and finding or launching servers."""
+"""Talking to OpenEnv environments: the client, launching servers, tool envs, the Task API."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from taskhub.env._client import (
     Transport,
     split_base_url,
 )
-from taskhub.env._http import OPENENV_HTTP, HttpDialect, HttpEnvSession, fetch_json
+from taskhub.env._http import (
+    OPENENV_HTTP,
+    HttpDialect,
+    HttpEnvSession,
+    fetch_json,
+    learn_http_dialect,
+    parse_http_reply,
+)
 from taskhub.env._launch import (
     EnvHandle,
     EnvTarget,
@@ -19,6 +26,7 @@ from taskhub.env._launch import (
     builtin_envs,
     launch_server,
     probe_transport,
+    probe_wire,
     resolve_env,
     space_url,
     wait_healthy,
@@ -30,6 +38,8 @@ from taskhub.env._pool import (
     SessionPool,
 )
 from taskhub.env._session import open_session
+from taskhub.env._tasks import TaskApiClient, TaskSplit, env_tasks, env_tasks_async
+from taskhub.env._tools import discover_tools, is_tool_env, parse_tools, tool_result
 
 __all__ = [
     "CAPACITY_PROBE_EVERY",
@@ -47,14 +57,25 @@ __all__ = [
     "PooledSession",
     "SessionPool",
     "StepResult",
+    "TaskApiClient",
+    "TaskSplit",
     "Transport",
     "builtin_envs",
+    "discover_tools",
+    "env_tasks",
+    "env_tasks_async",
     "fetch_json",
+    "is_tool_env",
     "launch_server",
+    "learn_http_dialect",
     "open_session",
+    "parse_http_reply",
+    "parse_tools",
     "probe_transport",
+    "probe_wire",
     "resolve_env",
     "space_url",
     "split_base_url",
+    "tool_result",
     "wait_healthy",
 ]

@@ -35,6 +35,8 @@ from taskhub._errors import (
     EnvProtocolError,
     EnvTimeout,
 )
+from taskhub._limits import loads_bounded
+from taskhub._schema import WireDialect
 
 logger = logging.getLogger(__name__)
 
@@ -109,19 +111,9 @@ def split_base_url(url: str) -> tuple[str, str]:
     return http_base, ws_url
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-# One decoder for every frame: json.loads with a hook builds a new decoder per call.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-
-
 def _loads(text: str | bytes) -> Any:
-    """Parse a frame strictly: NaN and Infinity are not JSON."""
-    if isinstance(text, bytes | bytearray):
-        text = text.decode(json.detect_encoding(text), "surrogatepass")
-    return _DECODER.decode(text)
+    """Parse a frame strictly: NaN and Infinity are not JSON, nesting is bounded."""
+    return loads_bounded(text)
 
 
 def _as_reward(value: Any, where: str) -> float | None:
@@ -156,6 +148,13 @@ def parse_step_payload(data: Any, where: str) -> StepResult:
     if metadata is not None and not isinstance(metadata, dict):
         raise EnvProtocolError(f"{where}: data.metadata must be an object, got {metadata!r:.100}")
     return StepResult(observation=observation, reward=reward, done=done, metadata=metadata)
+
+
+def wire_dialect(result: StepResult) -> WireDialect:
+    """The OpenEnv dialect an observation was sent in: 0.3 sends no ``metadata`` anywhere."""
+    if result.metadata is not None or "metadata" in result.observation:
+        return "openenv-0.4+"
+    return "openenv-0.3"
 
 
 def _error_from_frame(data: Any, url: str, verb: str) -> EnvError:

@@ -22,15 +22,26 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import yaml
 
-from taskhub._errors import EnvConnectError, EnvError, EnvLaunchError, EnvTimeout
-from taskhub._schema import EnvInfo
+from taskhub._errors import (
+    EnvCapacityError,
+    EnvConnectError,
+    EnvError,
+    EnvLaunchError,
+    EnvProtocolError,
+    EnvTimeout,
+)
+from taskhub._schema import EnvInfo, HttpDialect, ToolSpec
 from taskhub.env._client import EnvClient, Transport, split_base_url
-from taskhub.env._http import fetch_json
+from taskhub.env._http import fetch_json, learn_http_dialect
+from taskhub.env._tools import ToolDiscovery, discover_tools, is_tool_env
+
+if TYPE_CHECKING:
+    from taskhub.env._providers import ProvidedServer, ProviderTarget
 
 logger = logging.getLogger(__name__)
 
@@ -237,8 +248,12 @@ async def wait_healthy(
     *,
     timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
     server: LocalServer | None = None,
-) -> None:
-    """Poll ``GET /health`` until it answers 200.
+) -> str:
+    """Poll ``GET /health`` until the server is up; return the path that said so.
+
+    ``/health`` answering 200 means up. A ``/health`` that answers 404 means a server that is
+    up but has no health route: the wait ends at once, and ``/`` is asked instead (returned
+    when it answers below 500).
 
     Raises:
         EnvLaunchError: The launched process exited first.
@@ -256,8 +271,12 @@ async def wait_healthy(
         try:
             response = await http.get(base_url + "/health", timeout=5.0)
             if response.status_code == 200:
-                return
+                return "/health"
             last = f"HTTP {response.status_code}"
+            if response.status_code == 404:
+                root = await http.get(base_url + "/", timeout=5.0)
+                logger.info("%s has no /health (404); / answered %d", base_url, root.status_code)
+                return "/" if root.status_code < 500 else "/health"
         except httpx.HTTPError as exc:
             last = type(exc).__name__
         await asyncio.sleep(delay)
@@ -269,40 +288,72 @@ async def wait_healthy(
     )
 
 
+#: Seconds the transport probe waits for ``/ws`` to answer its reset frame.
+PROBE_RESET_TIMEOUT_S = 5.0
+
+
+async def probe_wire(
+    http: httpx.AsyncClient, base_url: str, *, timeout: float = 15.0
+) -> tuple[Transport, HttpDialect | None]:
+    """Find how a server plays episodes: ``/ws``, else HTTP in the dialect it speaks.
+
+    ``/ws`` counts when it answers a reset frame in OpenEnv's protocol (an observation, or an
+    error frame with a code); a ``/ws`` that speaks another protocol, closes or stays silent is
+    passed over for HTTP. The HTTP dialect (paths, action wrapping, reset keys) is read from
+    ``/openapi.json``; a server without one gets OpenEnv's when ``POST /reset`` exists.
+
+    Returns:
+        ``("ws", None)`` or ``("http", dialect)``.
+
+    Raises:
+        EnvConnectError: The server has neither (the message says what each answered).
+    """
+    client = EnvClient(base_url, connect_timeout=timeout, timeout=PROBE_RESET_TIMEOUT_S)
+    ws_problem: str
+    try:
+        await client.connect()
+        await client.reset()
+        return "ws", None
+    except EnvConnectError as exc:
+        if exc.code not in ("404", "403", "405"):
+            raise
+        ws_problem = f"has no WebSocket /ws (HTTP {exc.code})"
+    except EnvCapacityError:
+        return "ws", None
+    except EnvProtocolError as exc:
+        if exc.code is not None:  # an OpenEnv error frame: the protocol works
+            return "ws", None
+        ws_problem = f"speaks another protocol on /ws ({exc})"
+    except EnvError as exc:
+        ws_problem = f"/ws did not answer a reset frame ({type(exc).__name__}: {exc})"
+    finally:
+        await client.close()
+    http_base = split_base_url(base_url)[0]
+    try:
+        spec = await fetch_json(http, http_base, "/openapi.json", timeout=timeout)
+    except (EnvConnectError, EnvTimeout, EnvProtocolError):
+        spec = {}
+    learnt = learn_http_dialect(spec)
+    if learnt is not None:
+        logger.warning("%s %s: playing over HTTP, one episode at a time", base_url, ws_problem)
+        return "http", learnt[0]
+    raise EnvConnectError(
+        f"{base_url} {ws_problem} and no POST /reset + /step in /openapi.json: it does not "
+        "serve the OpenEnv protocol",
+        env_url=base_url,
+    )
+
+
 async def probe_transport(
     http: httpx.AsyncClient, base_url: str, *, timeout: float = 15.0
 ) -> Transport:
-    """Return ``ws`` when the server has ``/ws``, ``http`` when it only has ``POST /reset``.
+    """Return ``ws`` when the server plays over ``/ws``, ``http`` when only over HTTP.
 
     Raises:
         EnvConnectError: The server has neither.
     """
-    client = EnvClient(base_url, connect_timeout=timeout)
-    try:
-        await client.connect()
-    except EnvConnectError as exc:
-        if exc.code in ("404", "403", "405"):
-            http_base = split_base_url(base_url)[0]
-            try:
-                spec = await fetch_json(http, http_base, "/openapi.json", timeout=timeout)
-            except (EnvConnectError, EnvTimeout):
-                spec = {}
-            paths = spec.get("paths", {}) if isinstance(spec, dict) else {}
-            if "/reset" in paths and "/step" in paths:
-                logger.warning(
-                    "%s has no /ws: falling back to HTTP, one episode at a time", base_url
-                )
-                return "http"
-            raise EnvConnectError(
-                f"{base_url} has no WebSocket /ws (HTTP {exc.code}) and no POST /reset + /step "
-                "in /openapi.json: it does not serve the OpenEnv protocol",
-                env_url=base_url,
-                code=exc.code,
-            ) from None
-        raise
-    finally:
-        await client.close()
-    return "ws"
+    transport, _ = await probe_wire(http, base_url, timeout=timeout)
+    return transport
 
 
 @dataclass
@@ -315,7 +366,7 @@ class EnvHandle:
             print(env.info.urls)
     """
 
-    target: EnvTarget
+    target: EnvTarget | ProviderTarget
     http: httpx.AsyncClient
     replicas: int = 1
     max_sessions: int | None = None
@@ -324,6 +375,9 @@ class EnvHandle:
     log_dir: Path | None = None
     servers: list[LocalServer] = field(default_factory=list)
     info: EnvInfo | None = None
+    provider: str | None = None
+    provider_options: dict[str, Any] = field(default_factory=dict)
+    provided: list[ProvidedServer] = field(default_factory=list)
 
     @classmethod
     def open(
@@ -336,16 +390,31 @@ class EnvHandle:
         headers: dict[str, str] | None = None,
         log_dir: Path | None = None,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
+        provider: str | None = None,
+        provider_options: dict[str, Any] | None = None,
     ) -> EnvHandle:
-        """Resolve ``spec``; servers start when the handle is entered."""
+        """Resolve ``spec``; servers start when the handle is entered.
+
+        With ``provider`` (``uv``, ``docker``, a hosted sandbox: see ``taskhub.env._providers``)
+        OpenEnv's provider of that name starts the servers instead of taskhub's launcher.
+        """
+        target: EnvTarget | ProviderTarget
+        if provider is not None:
+            from taskhub.env._providers import provider_target
+
+            target = provider_target(spec, provider)
+        else:
+            target = resolve_env(spec)
         return cls(
-            resolve_env(spec),
+            target,
             http,
             replicas=replicas,
             max_sessions=max_sessions,
             headers=dict(headers or {}),
             log_dir=log_dir,
             startup_timeout=startup_timeout,
+            provider=provider,
+            provider_options=dict(provider_options or {}),
         )
 
     async def __aenter__(self) -> EnvHandle:
@@ -362,7 +431,22 @@ class EnvHandle:
     async def start(self) -> EnvInfo:
         """Launch local servers (if any), wait for health, probe the transport, read metadata."""
         target = self.target
-        if target.kind in ("folder", "builtin"):
+        if self.provider is not None:
+            from taskhub.env._providers import start_provided
+
+            app = read_manifest(target.path).get("app") if target.path else None
+            self.provided = await start_provided(
+                self.provider,
+                target.spec,
+                folder=target.path,
+                app=app if isinstance(app, str) else "server.app:app",
+                replicas=self.replicas,
+                max_sessions=self.max_sessions,
+                options=self.provider_options,
+                startup_timeout=self.startup_timeout,
+            )
+            urls = [s.url for s in self.provided]
+        elif target.kind in ("folder", "builtin"):
             assert target.path is not None
             if target.kind == "builtin" and importlib.util.find_spec("openenv") is None:
                 raise EnvLaunchError(
@@ -389,18 +473,27 @@ class EnvHandle:
             _optional_json(self.http, urls[0], "/schema"),
         )
         try:
-            transport = await probe_transport(self.http, urls[0])
+            transport, dialect = await probe_wire(self.http, urls[0])
         finally:
             metadata, schema = await reads
         action_schema = schema.get("action") if isinstance(schema, dict) else None
+        action_schema = action_schema if isinstance(action_schema, dict) else None
+        tools, discovery = await _tools_of(
+            self.http, urls[0], transport, action_schema, self.headers
+        )
         self.info = EnvInfo(
             spec=target.spec,
             kind=target.kind,
             urls=urls,
             transport=transport,
+            http_dialect=dialect,
             metadata=metadata if isinstance(metadata, dict) else None,
-            action_schema=action_schema if isinstance(action_schema, dict) else None,
+            action_schema=action_schema,
             path=str(target.path) if target.path else None,
+            tools=tools,
+            tool_discovery=discovery,
+            server_openenv=openenv_version(metadata),
+            provider=self.provider,
         )
         return self.info
 
@@ -408,6 +501,39 @@ class EnvHandle:
         """Stop every server this handle launched."""
         for server in self.servers:
             server.stop()
+        for provided in self.provided:
+            provided.stop()
+        self.provided = []
+
+
+async def _tools_of(
+    http: httpx.AsyncClient,
+    url: str,
+    transport: Transport,
+    action_schema: dict[str, Any] | None,
+    headers: dict[str, str],
+) -> tuple[list[ToolSpec] | None, ToolDiscovery | None]:
+    """A tool env's tools (None for other envs, and for a tool env that lists none)."""
+    if not is_tool_env(action_schema):
+        return None, None
+    try:
+        return await discover_tools(http, url, transport, headers=headers)
+    except EnvError as exc:
+        logger.warning("%s: %s; its actions are offered by their schema alone", url, exc)
+        return None, None
+
+
+def openenv_version(metadata: Any) -> str | None:
+    """The server's OpenEnv version, when ``/metadata`` gives it (``openenv_version``)."""
+    if not isinstance(metadata, dict):
+        return None
+    for key in ("openenv_version", "openenv", "framework_version"):
+        value = metadata.get(key)
+        if isinstance(value, str) and 0 < len(value) <= 64:
+            return value
+        if isinstance(value, dict) and isinstance(value.get("version"), str):
+            return str(value["version"])[:64]
+    return None
 
 
 async def _optional_json(http: httpx.AsyncClient, base_url: str, path: str) -> Any:

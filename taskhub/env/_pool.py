@@ -27,6 +27,7 @@ import httpx
 from taskhub._errors import AgentFormatError, EnvCapacityError, ModelError
 from taskhub._schema import EnvInfo
 from taskhub.env._client import EnvClient, EnvSession
+from taskhub.env._http import OPENENV_HTTP
 from taskhub.env._session import open_session
 
 logger = logging.getLogger(__name__)
@@ -206,6 +207,7 @@ class SessionPool:
             timeout=self._timeout,
             max_frame_bytes=self._max_frame_bytes,
             headers=self._headers,
+            dialect=self.info.http_dialect or OPENENV_HTTP,
         )
         return PooledSession(session, endpoint.url, False, endpoint)
 

@@ -7,7 +7,16 @@ from typing import Any, Protocol
 
 from taskhub._errors import ConfigError
 from taskhub._registry import registry
-from taskhub._schema import ChatMessage, JsonObject, SamplingParams, Task, Usage
+from taskhub._schema import (
+    ChatMessage,
+    JsonObject,
+    SamplingParams,
+    Task,
+    ToolCall,
+    ToolCalling,
+    ToolSpec,
+    Usage,
+)
 
 
 @dataclass(frozen=True)
@@ -20,6 +29,7 @@ class TurnContext:
         action_schema: The env's action JSON schema, when the server publishes one.
         step: 0-based step index.
         episode_seed: Seed of this episode, for policies that draw random actions.
+        tools: The tools a tool env (MCP) listed; empty for other envs.
     """
 
     task: Task
@@ -27,25 +37,37 @@ class TurnContext:
     action_schema: dict[str, Any] | None
     step: int
     episode_seed: int
+    tools: tuple[ToolSpec, ...] = ()
 
 
 @dataclass(frozen=True)
 class GenerateRequest:
-    """One model call: the conversation so far and how to sample."""
+    """One model call: the conversation so far, how to sample, and the functions offered.
+
+    Attributes:
+        messages: The conversation.
+        params: Sampling parameters.
+        context: What the agent loop knows at this turn.
+        tools: Functions offered for native tool calling (OpenAI ``tools``), or None. A
+            backend that cannot call them answers in text (the agent parses it).
+    """
 
     messages: list[ChatMessage]
     params: SamplingParams
     context: TurnContext
+    tools: tuple[ToolSpec, ...] | None = None
 
 
 @dataclass
 class Generation:
-    """A model's reply.
+    """A model's reply: text, and the calls it made (native tool calling), in order.
 
     Attributes:
         text: The reply.
         usage: Tokens and calls it cost.
-        finish_reason: Why generation stopped (``stop``, ``length``...), when known.
+        finish_reason: Why generation stopped (``stop``, ``length``...), when known; ``cut``
+            when taskhub cut an oversize reply (see ``cut_reply``).
+        tool_calls: The calls the model made (native tool calling), in order.
         queue_s: Seconds the call waited before the model worked on it (a local model serves
             one call at a time): recorded as queue wait, apart from the model's time.
     """
@@ -53,7 +75,13 @@ class Generation:
     text: str
     usage: Usage = field(default_factory=Usage)
     finish_reason: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
     queue_s: float = 0.0
+
+
+def cut_reply(text: str, limit: int) -> str:
+    """Cut ``text`` at ``limit`` characters and mark where (a reply must not flood the run)."""
+    return text[:limit] + f"\n[reply cut by taskhub at {limit} of {len(text)} characters]"
 
 
 @dataclass(frozen=True)
@@ -65,16 +93,27 @@ class ModelOptions:
         api_key: Credential of remote backends (never recorded).
         timeout_s: Hard deadline of one ``generate`` call, retries included.
         max_retries: Retries of transient failures (429, 5xx, timeouts).
+        max_reply_chars: Longest reply text kept: a longer one is cut (and marked) there.
+        max_response_bytes: Largest HTTP body read from a remote endpoint.
+        tool_calling: ``native`` (pass ``GenerateRequest.tools`` to the model), ``text``
+            (never), or ``auto`` (native where supported, text where the server refuses tools).
     """
 
     base_url: str | None = None
     api_key: str | None = None
     timeout_s: float = 120.0
     max_retries: int = 4
+    max_reply_chars: int = 1 << 20
+    max_response_bytes: int = 32 << 20
+    tool_calling: ToolCalling = "auto"
 
 
 class ModelBackend(Protocol):
     """A model that turns a conversation into a reply.
+
+    A backend that can call functions sets ``tool_calling = "native"`` (an optional attribute;
+    ``text`` when absent, and after a fallback): the agent loop then offers the env's actions
+    as ``GenerateRequest.tools`` and reads ``Generation.tool_calls``.
 
     A minimal backend, registered for model strings ``echo/NAME``::
 

@@ -8,7 +8,8 @@ records.
 - ``taskset_dataset``: a ``datasets.Dataset`` with a ``prompt`` column for ``GRPOTrainer``.
 - ``TasksetReward``: a TRL reward function scoring completions with taskhub's rewards.
 - ``EnvRollout`` + ``episode_reward``: a TRL ``rollout_func`` playing multi-turn episodes.
-- ``TasksetEnvironment``: a TRL ``environment_factory`` environment (tool-calling models).
+- ``TasksetEnvironment``: a TRL ``environment_factory`` environment (tool-calling models): one
+  typed method per remote tool of a tool env; ``environment_factories`` for several envs.
 - ``art_trajectory_groups``: episode records as OpenPipe ART trajectory groups.
 
 Nothing here imports ``datasets``, ``torch``, ``trl`` or ``art`` until it is used.
@@ -26,6 +27,7 @@ from taskhub.training._trl import (
     TasksetEnvironment,
     TasksetReward,
     completion_text,
+    environment_factories,
     episode_reward,
     task_columns,
     taskset_dataset,
@@ -44,6 +46,7 @@ __all__ = [
     "art_trajectory_dicts",
     "art_trajectory_groups",
     "completion_text",
+    "environment_factories",
     "episode_reward",
     "task_columns",
     "taskset_dataset",

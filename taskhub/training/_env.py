@@ -35,6 +35,8 @@ from taskhub._schema import (
 from taskhub._taskset import Taskset
 from taskhub._templates import Templates
 from taskhub._tls import default_ssl_context
+from taskhub._tools import Toolbox
+from taskhub._trust import check_remote_code
 from taskhub.env._client import DEFAULT_MAX_FRAME_BYTES, EnvSession
 from taskhub.env._launch import DEFAULT_STARTUP_TIMEOUT_S, EnvHandle
 from taskhub.env._pool import SessionPool
@@ -57,9 +59,16 @@ class _FirstTurn(Exception):
 
 
 class _CaptureFirstTurn:
-    """A model backend that records the messages of the first call and stops the episode."""
+    """A model backend that records the messages of the first call and stops the episode.
+
+    ``tool_calling`` says which prompt is captured: ``native`` for a trainer that calls the
+    env's tools itself (TRL's ``environment_factory``), ``text`` for replies parsed as text.
+    """
 
     details: dict[str, Any] = {"policy": "capture-first-turn"}
+
+    def __init__(self, tool_calling: str = "text") -> None:
+        self.tool_calling = tool_calling
 
     async def generate(self, request: GenerateRequest) -> Generation:
         raise _FirstTurn(list(request.messages))
@@ -116,6 +125,8 @@ class TrainingEnv:
         startup_timeout_s: Deadline for a launched server to become healthy.
         fresh_session: Open a new session for every episode (as ``taskhub eval
             --fresh-session``) instead of resetting an idle one again.
+        trust_remote_code: Let the taskset's rows and card run code (``python:`` rewards, an
+            env folder); refused otherwise (``RemoteCodeError``).
     """
 
     def __init__(
@@ -133,6 +144,7 @@ class TrainingEnv:
         headers: dict[str, str] | None = None,
         startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
         fresh_session: bool = False,
+        trust_remote_code: bool = False,
     ) -> None:
         """Resolve the env; nothing starts before ``start()`` (or ``with``)."""
         spec = env or taskset.card.env
@@ -140,6 +152,9 @@ class TrainingEnv:
             raise ConfigError(
                 f"no environment: pass env=, or set `env:` in the card of taskset {taskset.name!r}"
             )
+        check_remote_code(
+            taskset, trust_remote_code=trust_remote_code, rewards=not rewards, env=not env
+        )
         self.taskset = taskset
         self.env_spec = spec
         self.seed = seed
@@ -163,6 +178,8 @@ class TrainingEnv:
         self._pool: SessionPool | None = None
         self._limit: asyncio.Semaphore | None = None
         self.info: EnvInfo | None = None
+        #: The env's actions as functions: its tools for a tool env (None before ``start``).
+        self.toolbox: Toolbox | None = None
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -198,6 +215,7 @@ class TrainingEnv:
             startup_timeout=self._startup_timeout_s,
         )
         self.info = await self._handle.start()
+        self.toolbox = Toolbox.for_env(self.info.tools, self.info.action_schema)
         self._pool = SessionPool(
             self.info,
             http=self._http,
@@ -270,9 +288,15 @@ class TrainingEnv:
             card_max_steps=self.taskset.card.max_steps,
         )
 
-    def template_variables(self, task: Task) -> dict[str, Any]:
+    def template_variables(self, task: Task, *, native: bool = False) -> dict[str, Any]:
         """The variables every prompt template of ``task`` sees, as the agent loop sets them."""
-        return template_variables(task, self.info.action_schema if self.info is not None else None)
+        schema = self.info.action_schema if self.info is not None else None
+        return template_variables(task, schema, self.toolbox, native=native)
+
+    @property
+    def tool_env(self) -> bool:
+        """Whether the env is a tool env (MCP): its actions are calls of its listed tools."""
+        return self.toolbox is not None and self.toolbox.mcp
 
     def _rewards_for(self, task: Task) -> list[BoundReward]:
         if task.task_id not in self._task_rewards:
@@ -300,18 +324,27 @@ class TrainingEnv:
 
     # episodes ---------------------------------------------------------------------------------
 
-    async def first_turn_async(self, task: Task, sample: int = 0) -> list[ChatMessage]:
+    async def first_turn_async(
+        self, task: Task, sample: int = 0, *, tool_calling: str = "text"
+    ) -> list[ChatMessage]:
         """Reset the env for ``task`` and return the messages the first model call receives.
+
+        Args:
+            task: The task.
+            sample: Sample index (part of the episode id).
+            tool_calling: ``native`` renders the prompt for a model that calls the env's tools
+                itself (no call format in the text); ``text`` for one that writes its calls.
 
         Raises:
             EnvError: The reset failed.
         """
         plan = self.plan(task, sample)
         trace = EpisodeTrace(reset_payload=plan.reset_payload)
+        capture = _CaptureFirstTurn(tool_calling)
 
         async def use(session: EnvSession) -> list[ChatMessage]:
             try:
-                await self._run(plan, session, _CaptureFirstTurn(), trace, format_retries=0)
+                await self._run(plan, session, capture, trace, format_retries=0)
             except _FirstTurn as captured:
                 return captured.messages
             raise ConfigError(
@@ -320,15 +353,26 @@ class TrainingEnv:
 
         return await self.with_session(use)
 
-    def prompts(self, tasks: Sequence[Task], sample: int = 0) -> list[list[dict[str, str]]]:
+    def prompts(
+        self, tasks: Sequence[Task], sample: int = 0, *, tool_calling: str = "text"
+    ) -> list[list[dict[str, str]]]:
         """Render each task's first-turn chat messages (one env reset per task).
+
+        Args:
+            tasks: The tasks.
+            sample: Sample index.
+            tool_calling: ``native`` or ``text`` (see ``first_turn_async``).
 
         Returns:
             One list of ``{"role", "content"}`` messages per task, as evaluation sends them.
         """
 
         async def all_prompts() -> list[list[ChatMessage]]:
-            return list(await asyncio.gather(*(self.first_turn_async(t, sample) for t in tasks)))
+            return list(
+                await asyncio.gather(
+                    *(self.first_turn_async(t, sample, tool_calling=tool_calling) for t in tasks)
+                )
+            )
 
         return [[m.model_dump() for m in messages] for messages in self.run(all_prompts())]
 
@@ -355,6 +399,7 @@ class TrainingEnv:
             format_retries=format_retries,
             episode_seed=plan.model_seed,
             trace=trace,
+            toolbox=self.toolbox,
         )
 
     async def play_async(

@@ -7,8 +7,9 @@
 - ``EnvRollout``: a ``rollout_func`` that plays whole multi-turn episodes with the trainer's model,
   returning the token ids, an ``env_mask`` over the env's tokens, and each episode's reward.
 - ``TasksetEnvironment``: a class for ``environment_factory`` (TRL's tool-calling environment
-  loop): ``reset(**row)`` resets the env with the row's reset kwargs, the ``step`` tool sends an
-  action, ``get_reward`` scores the episode with taskhub's rewards.
+  loop): ``reset(**row)`` resets the env with the row's reset kwargs, the env's tools (one typed
+  method per remote tool of a tool env, else ``step``) act, ``get_reward`` scores the episode
+  with taskhub's rewards; ``environment_factories`` gives TRL's dict form for several envs.
 
 ``datasets``, ``torch`` and ``trl`` are imported inside the functions that need them.
 """
@@ -16,12 +17,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import math
+import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -34,11 +37,15 @@ from taskhub._schema import (
     EpisodeRecord,
     StepRecord,
     Task,
+    ToolCall,
+    ToolSpec,
     Usage,
     canonical_json,
 )
 from taskhub._templates import observation_text
+from taskhub._tools import Toolbox
 from taskhub.env._client import EnvSession
+from taskhub.env._tools import tool_result
 from taskhub.models._base import GenerateRequest, Generation
 from taskhub.training._env import TrainingEnv
 
@@ -75,19 +82,27 @@ def taskset_dataset(
     *,
     limit: int | None = None,
     tasks: Sequence[Task] | None = None,
+    environment: str | None = None,
+    tool_calling: str | None = None,
 ) -> Any:
     """Build the ``datasets.Dataset`` GRPOTrainer trains on, from a started ``TrainingEnv``.
 
     Columns: ``prompt`` (the first-turn chat messages of evaluation: the card's system prompt
     and first user message, rendered with the observation the env returns for the row's reset
     kwargs), ``task_id``, ``split``, ``reset``, ``answer`` and ``metadata`` (JSON text),
-    ``max_steps``, and ``difficulty``/``pass_rate`` from a profile (None when unprofiled).
+    ``max_steps``, and ``difficulty``/``pass_rate`` from a profile (None when unprofiled); with
+    ``environment``, an ``environment`` column naming the env (TRL's dict form of
+    ``environment_factory``, see ``environment_factories``).
 
     Args:
         env: The started training env (its taskset gives the rows).
         split: The split (the taskset's default split when None).
         limit: Only the first N rows.
         tasks: Explicit rows instead of ``split``/``limit``.
+        environment: The env's name in a run over several envs.
+        tool_calling: The prompt's flavour: ``native`` for a trainer whose model calls the
+            env's tools itself (``environment_factory``), ``text`` for replies read as text
+            (``TasksetReward``, ``EnvRollout``); by default native on a tool env, else text.
 
     Returns:
         A ``datasets.Dataset``.
@@ -106,8 +121,14 @@ def taskset_dataset(
         rows = rows[:limit]
     if not rows:
         raise ConfigError(f"split {split!r} of taskset {env.taskset.name!r} selects no rows")
-    prompts = env.prompts(rows)
+    mode = tool_calling or ("native" if env.tool_env else "text")
+    prompts = env.prompts(rows, tool_calling=mode)
     records = [{"prompt": p, **task_columns(t, split)} for p, t in zip(prompts, rows, strict=True)]
+    extra: dict[str, Any] = {}
+    if environment is not None:
+        extra["environment"] = datasets.Value("string")
+        for record in records:
+            record["environment"] = environment
     features = datasets.Features(
         {
             "prompt": datasets.List(
@@ -121,6 +142,7 @@ def taskset_dataset(
             "max_steps": datasets.Value("int64"),
             "difficulty": datasets.Value("float64"),
             "pass_rate": datasets.Value("float64"),
+            **extra,
         }
     )
     return datasets.Dataset.from_list(records, features=features)
@@ -446,10 +468,14 @@ class TasksetEnvironment:
     """An environment for TRL's ``environment_factory``: one OpenEnv session per rollout.
 
     TRL calls ``reset(**row)`` with the dataset row before each rollout (the env is reset with
-    the row's ``reset`` kwargs, exactly as evaluation resets it), exposes ``step`` to the model
-    as a tool, and calls ``get_reward`` when the rollout ends (taskhub's rewards over the
-    episode). The row's ``prompt`` already carries the first observation, so ``reset`` returns
-    None. It needs a model whose chat template supports tool calls::
+    the row's ``reset`` kwargs, exactly as evaluation resets it), makes each public method a
+    tool, and calls ``get_reward`` when the rollout ends (taskhub's rewards over the episode).
+    The row's ``prompt`` already carries the first observation, so ``reset`` returns None.
+
+    The tools are the env's own: on a tool env (MCP) one typed method per remote tool, named,
+    typed and documented from the tool's listing (``TasksetEnvironment(env)`` is then an
+    instance of a class built for that env, e.g. ``LedgerTools``); on any other env a single
+    ``step(action)``. It needs a model whose chat template supports tool calls::
 
         trainer = GRPOTrainer(model, environment_factory=lambda: TasksetEnvironment(env),
                               train_dataset=taskset_dataset(env, "train"), ...)
@@ -457,6 +483,13 @@ class TasksetEnvironment:
     Args:
         env: The started training env.
     """
+
+    def __new__(cls, env: TrainingEnv) -> TasksetEnvironment:
+        """An instance of the env's tool class on a tool env, else of ``cls``."""
+        if cls is TasksetEnvironment and env.tool_env:
+            assert env.toolbox is not None
+            return object.__new__(_tool_class(env.taskset.name, env.toolbox))
+        return object.__new__(cls)
 
     def __init__(self, env: TrainingEnv) -> None:
         """Bind to ``env``; no session is open until ``reset``."""
@@ -538,7 +571,7 @@ class TasksetEnvironment:
             return f"The action could not be used: {exc}"
         return self._env.run(self._step(parsed, action))
 
-    async def _step(self, action: dict[str, Any], reply: str) -> str:
+    async def _step(self, action: dict[str, Any], reply: str, call: ToolCall | None = None) -> str:
         assert self._trace is not None and self._session is not None and self._plan is not None
         started = time.perf_counter()
         try:
@@ -548,6 +581,10 @@ class TasksetEnvironment:
             return f"The environment failed: {exc}"
         latency = time.perf_counter() - started
         self._trace.env_time_s += latency
+        text: str | None = None
+        error: str | None = None
+        if call is not None and "tool_name" in result.observation:
+            text, error = tool_result(result.observation)
         self._trace.steps.append(
             StepRecord(
                 index=len(self._trace.steps),
@@ -558,15 +595,18 @@ class TasksetEnvironment:
                 metadata=result.metadata,
                 reply=reply,
                 latency_s=latency,
+                tool_call=call,
+                tool_result=text,
+                tool_error=error,
             )
         )
         self._done = result.done
         self._trace.terminated = result.done
         self._trace.truncated = not result.done
         turn = {
-            **self._env.template_variables(self._plan.task),
+            **self._env.template_variables(self._plan.task, native=call is not None),
             "observation": result.observation,
-            "observation_text": observation_text(result.observation),
+            "observation_text": text if text is not None else observation_text(result.observation),
             "reward": result.reward,
             "step": len(self._trace.steps),
         }
@@ -598,3 +638,128 @@ class TasksetEnvironment:
             self._started_at,
             time.perf_counter() - self._started,
         )
+
+    def _call(self, call: ToolCall) -> str:
+        """Call a remote tool as one step of the episode; returns what the tool returned."""
+        toolbox = self._env.toolbox
+        assert toolbox is not None
+        if self._error is not None:
+            return f"The environment failed: {self._error}"
+        if self._plan is None or self._trace is None or self._session is None:
+            return "The episode has not started."
+        if self._done:
+            return "The episode is over."
+        if len(self._trace.steps) >= self._plan.max_steps:
+            self._done = True
+            return "The step limit is reached; the episode is over."
+        try:
+            action = toolbox.action(call)
+        except AgentFormatError as exc:
+            return f"The call could not be used: {exc}"
+        reply = json.dumps({"tool_name": call.name, "arguments": call.arguments})
+        return self._env.run(self._step(action, reply, call))
+
+
+class _Hidden:
+    """Hides an inherited method from a class (and so from TRL's tool list)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        raise AttributeError(f"{self.name} is not a tool of this env: call its tools")
+
+
+_PY_TYPES: dict[str, type] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+}
+_TOOL_CLASSES: dict[tuple[str, str], type[TasksetEnvironment]] = {}
+
+
+def _tool_method(function: ToolSpec) -> Any:
+    """A method that calls ``function`` remotely, with its typed signature and a docstring."""
+    schema = function.input_schema
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    listed = schema.get("required")
+    required = {str(r) for r in listed} if isinstance(listed, list) else set()
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {}
+    lines = []
+    for name, spec in properties.items():
+        if not isinstance(spec, dict) or not name.isidentifier():
+            continue
+        kind = spec.get("type")
+        py_type = _PY_TYPES.get(kind, str) if isinstance(kind, str) else str
+        optional = name not in required
+        annotations[name] = py_type | None if optional else py_type
+        parameters.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None if optional else inspect.Parameter.empty,
+                annotation=annotations[name],
+            )
+        )
+        described = " ".join(str(spec.get("description") or f"The {name}.").split())
+        lines.append(f"    {name}: {described}")
+    annotations["return"] = str
+
+    def method(self: TasksetEnvironment, **arguments: Any) -> str:
+        given = {k: v for k, v in arguments.items() if v is not None}
+        return self._call(ToolCall(name=function.name, arguments=given))
+
+    summary = " ".join(function.description.split()) or f"Call the env's tool {function.name}."
+    doc = summary + ("\n\nArgs:\n" + "\n".join(lines) if lines else "")
+    doc += "\n\nReturns:\n    What the tool returned."
+    method.__name__ = method.__qualname__ = function.name
+    method.__doc__ = doc
+    method.__annotations__ = annotations
+    method.__signature__ = inspect.Signature(parameters, return_annotation=str)  # type: ignore[attr-defined]
+    return method
+
+
+def _tool_class(taskset: str, toolbox: Toolbox) -> type[TasksetEnvironment]:
+    """The ``TasksetEnvironment`` subclass of a tool env: one method per tool, no ``step``."""
+    key = (taskset, canonical_json([f.model_dump() for f in toolbox.functions]))
+    if key not in _TOOL_CLASSES:
+        reserved = {"reset", "get_reward", "step", "record"}
+        methods: dict[str, Any] = {
+            f.name: _tool_method(f) for f in toolbox.functions if f.name not in reserved
+        }
+        title = "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", taskset))
+        name = f"{title or 'Taskset'}Tools"
+        doc = f"The tools of the {taskset!r} env, for TRL's environment_factory."
+        _TOOL_CLASSES[key] = type(
+            name, (TasksetEnvironment,), {"__doc__": doc, "step": _Hidden(), **methods}
+        )
+    return _TOOL_CLASSES[key]
+
+
+def environment_factories(envs: Mapping[str, TrainingEnv]) -> dict[str, Any]:
+    """TRL's dict form of ``environment_factory`` for a run over several envs.
+
+    Each dataset row picks its env by its ``environment`` column (``taskset_dataset(env,
+    environment=NAME)`` writes it), and only that env's tools are shown in its prompt::
+
+        factories = environment_factories({"arith": arith_env, "ledger": ledger_env})
+        trainer = GRPOTrainer(model, environment_factory=factories, train_dataset=mixed, ...)
+
+    Args:
+        envs: The started training envs, by the names the rows use.
+
+    Returns:
+        ``{name: factory}``; each factory returns a fresh ``TasksetEnvironment`` of its env.
+    """
+    if not envs:
+        raise ConfigError("environment_factories needs at least one env")
+
+    def factory(env: TrainingEnv) -> Any:
+        return lambda: TasksetEnvironment(env)
+
+    return {name: factory(env) for name, env in envs.items()}

@@ -20,12 +20,12 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 ENVS_DIR = ROOT / "taskhub" / "_envs"
 TASKSETS_DIR = ROOT / "tasksets"
-ENV_NAMES = ("arith", "gridworld")
+ENV_NAMES = ("arith", "gridworld", "ledger")
 SPLITS = ("train", "test")
 
 #: Seconds a server subprocess gets to answer GET /health (imports take ~3 s on a quiet machine,
 #: and this machine's speed varies a lot between runs).
-STARTUP_TIMEOUT_S = 60.0
+STARTUP_TIMEOUT_S = 180.0
 
 
 def read_rows(taskset: str, split: str) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ import jinja2
 import jinja2.sandbox
 import pytest
 import yaml
+from openenv.core.env_server.mcp_types import CallToolAction
 from openenv.core.env_server.serialization import serialize_observation
 from openenv.validation.parsers.openenv_yaml import OpenEnvYamlParser
 
@@ -19,6 +20,7 @@ from taskhub._envs.arith import ArithAction
 from taskhub._envs.arith.server.arith_environment import ArithEnvironment
 from taskhub._envs.gridworld import GridAction
 from taskhub._envs.gridworld.server.gridworld_environment import GridworldEnvironment
+from taskhub._envs.ledger.server.ledger_environment import LedgerEnvironment
 from taskhub._schema import Task, TasksetCard
 from tests.reference_envs.refenv_helpers import (
     ENV_NAMES,
@@ -32,6 +34,7 @@ from tests.reference_envs.refenv_helpers import (
 EXPECTED_ROWS = {
     "arith": {"train": 300, "test": 200},
     "gridworld": {"train": 200, "test": 100},
+    "ledger": {"train": 200, "test": 100},
 }
 
 
@@ -84,9 +87,11 @@ def test_card_header(name: str) -> None:
     card = TasksetCard.model_validate(header["taskhub"])
     assert (card.name, card.env, card.rewards) == (name, name, ["env"])
     assert (card.success_threshold, card.default_split) == (1.0, "test")
-    assert card.description and card.system_prompt and card.prompt_template
+    assert card.description and card.prompt_template
+    # the tool env keeps the default system prompt, which lists the env's tools
+    assert (card.system_prompt is None) == (name == "ledger")
     assert (ENVS_DIR / name / "openenv.yaml").is_file()
-    assert card.max_steps == {"arith": 1, "gridworld": 30}[name]
+    assert card.max_steps == {"arith": 1, "gridworld": 30, "ledger": 10}[name]
 
 
 def test_gridworld_card_asks_for_a_json_move() -> None:
@@ -97,11 +102,15 @@ def test_gridworld_card_asks_for_a_json_move() -> None:
 @pytest.mark.parametrize("name", ENV_NAMES)
 def test_card_templates_render_on_real_observations(name: str) -> None:
     card = TasksetCard.model_validate(card_header(name)["taskhub"])
-    env: ArithEnvironment | GridworldEnvironment
+    env: ArithEnvironment | GridworldEnvironment | LedgerEnvironment
     if name == "arith":
         env = ArithEnvironment()
         first = env.reset(family="linear", difficulty=2, seed=1)
         later = env.step(ArithAction(answer="3"))
+    elif name == "ledger":
+        env = LedgerEnvironment()
+        first = env.reset(family="total", difficulty=2, seed=1)
+        later = env.step(CallToolAction(tool_name="calculate", arguments={"expression": "1+1"}))
     else:
         env = GridworldEnvironment()
         first = env.reset(size=5, difficulty=2, seed=1)
@@ -110,12 +119,13 @@ def test_card_templates_render_on_real_observations(name: str) -> None:
     task = Task.model_validate(read_rows(name, "test")[0])
     observation = serialize_observation(first)["observation"]
     variables = {"task": task.model_dump(), "prompt": None, "action_schema": {}}
-    assert card.system_prompt is not None and card.prompt_template is not None
-    sandbox.from_string(card.system_prompt).render(**variables)
+    assert card.prompt_template is not None
+    if card.system_prompt is not None:
+        sandbox.from_string(card.system_prompt).render(**variables)
     rendered = sandbox.from_string(card.prompt_template).render(
         observation=observation, **variables
     )
-    key = "question" if name == "arith" else "grid"
+    key = "grid" if name == "gridworld" else "question"
     assert observation[key] in rendered
     if card.step_template is not None:
         step_observation = serialize_observation(later)["observation"]
@@ -131,7 +141,7 @@ def test_rows_validate_with_unique_ids_balanced_cells_and_disjoint_seeds(name: s
     assert {split: len(rows) for split, rows in splits.items()} == EXPECTED_ROWS[name]
     ids = [task.task_id for rows in splits.values() for task in rows]
     assert len(ids) == len(set(ids))
-    keys = ("family", "difficulty") if name == "arith" else ("size", "difficulty")
+    keys = ("size", "difficulty") if name == "gridworld" else ("family", "difficulty")
     seeds = {}
     for split, rows in splits.items():
         for task in rows:
@@ -139,6 +149,10 @@ def test_rows_validate_with_unique_ids_balanced_cells_and_disjoint_seeds(name: s
             assert all(task.metadata[k] == task.reset[k] for k in keys)
             if name == "arith":
                 assert isinstance(task.answer, str) and task.oracle_actions is None
+            elif name == "ledger":
+                assert isinstance(task.answer, str) and task.oracle_actions
+                calls = [a["tool_name"] for a in task.oracle_actions]
+                assert calls == ["lookup"] * len(task.metadata["items"]) + ["submit"]
             else:
                 assert task.answer is None and task.oracle_actions
                 assert task.metadata["shortest_path"] == len(task.oracle_actions)
@@ -148,8 +162,9 @@ def test_rows_validate_with_unique_ids_balanced_cells_and_disjoint_seeds(name: s
     assert not seeds["train"] & seeds["test"]
 
 
-def test_no_arith_question_is_in_both_splits() -> None:
-    splits = tasks("arith")
+@pytest.mark.parametrize("name", ["arith", "ledger"])
+def test_no_question_is_in_both_splits(name: str) -> None:
+    splits = tasks(name)
     train = {t.metadata["question"] for t in splits["train"]}
     test = {t.metadata["question"] for t in splits["test"]}
     assert not train & test
@@ -181,6 +196,21 @@ def test_every_gridworld_oracle_reaches_the_goal_through_the_env(split: str) -> 
             obs = env.step(GridAction.model_validate(action))
             assert obs.reward == (1.0 if index == len(task.oracle_actions) - 1 else 0.0)
         assert obs.done and obs.position == obs.goal, task.task_id
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_every_ledger_oracle_scores_one_through_the_env(split: str) -> None:
+    env = LedgerEnvironment()
+    for task in tasks("ledger")[split]:
+        obs = env.reset(**dict(task.reset))
+        assert obs.question == task.metadata["question"]
+        assert task.oracle_actions is not None and len(task.oracle_actions) <= obs.max_calls
+        for index, action in enumerate(task.oracle_actions):
+            result = env.step(CallToolAction.model_validate(action))
+            assert result.error is None, (task.task_id, result.error)
+            last = index == len(task.oracle_actions) - 1
+            assert (result.reward, result.done) == (float(last), last), task.task_id
+        assert env.state.submitted
 
 
 def test_shipped_data_files_are_what_the_build_script_writes() -> None:

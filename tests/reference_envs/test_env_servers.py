@@ -27,6 +27,20 @@ STATE_FIELDS = {
         "seed",
         "max_steps",
     },
+    "ledger": {
+        "episode_id",
+        "step_count",
+        "family",
+        "difficulty",
+        "seed",
+        "max_calls",
+        "submitted",
+    },
+}
+ACTION_FIELDS = {
+    "arith": {"answer"},
+    "gridworld": {"move"},
+    "ledger": {"type", "tool_name", "arguments"},
 }
 
 
@@ -50,7 +64,7 @@ def test_health_schema_and_metadata(env_server: EnvServer) -> None:
     state_fields = set(schema["state"]["properties"])
     assert state_fields == STATE_FIELDS[env_server.name]
     action_fields = set(schema["action"]["properties"]) - {"metadata"}
-    assert action_fields == ({"answer"} if env_server.name == "arith" else {"move"})
+    assert action_fields == ACTION_FIELDS[env_server.name]
     metadata = httpx.get(env_server.url + "/metadata").json()
     assert metadata["name"] == env_server.name and metadata["version"] == "0.1.0"
 

@@ -212,4 +212,4 @@ def test_variables_are_computed_only_when_a_template_reads_them() -> None:
     assert everything["task"]["metadata"] == {"family": "add"}
     assert "answer" not in everything["task"]
     assert everything["text_field"] == "answer" and everything["prompt"] == "p"
-    assert "task" not in template_variables(task, ANSWER, frozenset({"observation"}))
+    assert "task" not in template_variables(task, ANSWER, reads=frozenset({"observation"}))

@@ -95,3 +95,42 @@ def test_model_time_leaves_out_the_wait_behind_other_episodes(tmp_path: Path) ->
     assert summary.tokens_per_s == pytest.approx(tokens / summary.model_time_s)
     shown = CliRunner().invoke(app, ["results", "show", str(result.run_dir)])
     assert shown.exit_code == 0 and "completion tokens/s of model time" in shown.output
+
+
+def test_the_tool_path_runs_llama_cpp_tool_handler_where_asked() -> None:
+    import asyncio
+
+    from taskhub import ChatMessage, SamplingParams, Task
+    from taskhub._schema import ToolSpec
+    from taskhub.models import GenerateRequest, ModelOptions, TurnContext, load_model
+
+    lookup = ToolSpec(
+        name="lookup",
+        description="Look an item up: its unit price and stock.",
+        input_schema={
+            "type": "object",
+            "properties": {"item": {"type": "string"}},
+            "required": ["item"],
+        },
+    )
+    request = GenerateRequest(
+        messages=[
+            ChatMessage(role="system", content="Answer with the tools."),
+            ChatMessage(role="user", content="What do 2 units of pasta cost? Look pasta up."),
+        ],
+        params=SamplingParams(max_tokens=24),
+        context=TurnContext(Task(task_id="t"), {}, None, 0, 0, (lookup,)),
+        tools=(lookup,),
+    )
+    # SmolLM2-135M's chat template is ChatML without tools: text unless native is asked for
+    auto = load_model("local/smollm2-135m")
+    assert auto.tool_calling == "text"  # type: ignore[attr-defined]
+    native = load_model("local/smollm2-135m", ModelOptions(tool_calling="native"))
+    assert native.tool_calling == "native"  # type: ignore[attr-defined]
+    first = asyncio.run(native.generate(request))
+    second = asyncio.run(native.generate(request))
+    assert first.tool_calls, first  # the handler's grammar makes the reply a call
+    assert {c.name for c in first.tool_calls} <= {"lookup"}
+    assert all(len(str(c.arguments.get("item", ""))) <= 200 for c in first.tool_calls)
+    assert first.tool_calls == second.tool_calls  # temperature 0, ids numbered
+    assert native.details["tool_calling_handler"] == "chatml-function-calling"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
+import jsonschema
 import pytest
 
 from taskhub import (
@@ -15,6 +17,7 @@ from taskhub import (
     Task,
     UnknownPluginError,
 )
+from taskhub._schema import ToolCall, ToolSpec
 from taskhub.models import GenerateRequest, ModelOptions, TurnContext, load_model
 from tests.servers import ModelScript, ModelServer
 
@@ -156,3 +159,104 @@ async def test_noop_sends_the_emptiest_action() -> None:
     assert (await noop.generate(request(schema=MOVE))).text == '{"move": "up"}'
     schema = {"properties": {"answer": {"type": "string"}}, "required": ["answer"]}
     assert (await noop.generate(request(schema=schema))).text == '{"answer": ""}'
+
+
+COLUMN = {"type": "object", "properties": {"column": {"type": "integer"}}, "required": ["column"]}
+TOOLS = (
+    ToolSpec(
+        name="lookup",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "item": {"type": "string", "minLength": 2, "maxLength": 4},
+                "limit": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 4},
+            },
+            "required": ["item", "limit"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
+        name="submit",
+        input_schema={
+            "type": "object",
+            "properties": {"answer": {"type": "string"}},
+            "required": ["answer"],
+        },
+    ),
+)
+
+
+def tool_request(
+    task: Task, step: int = 0, seed: int = 1, functions: tuple[ToolSpec, ...] | None = None
+) -> GenerateRequest:
+    return GenerateRequest(
+        messages=[ChatMessage(role="user", content="hi")],
+        params=SamplingParams(max_tokens=5),
+        context=TurnContext(task, {}, None, step, seed, TOOLS),
+        tools=functions,
+    )
+
+
+async def test_random_draws_only_the_legal_actions_the_observation_lists() -> None:
+    policy = load_model("scripted/random")
+    for observation, legal in [
+        ({"legal_actions": [4, 6]}, [{"column": 4}, {"column": 6}]),
+        ({"valid_actions": [{"column": 1}]}, [{"column": 1}]),
+    ]:
+        for step in range(12):
+            context = TurnContext(Task(task_id="t"), observation, COLUMN, step, 5)
+            reply = await policy.generate(
+                GenerateRequest([ChatMessage(role="user", content="hi")], SamplingParams(), context)
+            )
+            assert json.loads(reply.text) in legal
+    # without a list, an unbounded integer stays small rather than anywhere in 0..100
+    unbounded = [
+        json.loads((await policy.generate(request(schema=COLUMN, step=s))).text)["column"]
+        for s in range(30)
+    ]
+    assert set(unbounded) <= set(range(0, 11)) and len(set(unbounded)) > 3
+
+
+async def test_random_calls_listed_tools_with_valid_arguments() -> None:
+    policy = load_model("scripted/random")
+    validators = {t.name: jsonschema.Draft202012Validator(t.input_schema) for t in TOOLS}
+    replies = [await policy.generate(tool_request(Task(task_id="t"), step=s)) for s in range(40)]
+    names = set()
+    for reply in replies:
+        action = json.loads(reply.text)
+        names.add(action["tool_name"])
+        assert set(action) == {"tool_name", "arguments"}
+        validators[action["tool_name"]].validate(action["arguments"])
+    assert names == {"lookup", "submit"}
+    again = [await policy.generate(tool_request(Task(task_id="t"), step=s)) for s in range(40)]
+    assert [r.text for r in replies] == [r.text for r in again]
+
+
+async def test_scripted_policies_answer_with_tool_calls_when_functions_are_offered() -> None:
+    calls = [
+        {"type": "call_tool", "tool_name": "lookup", "arguments": {"item": "rice", "limit": 1}},
+        {"type": "call_tool", "tool_name": "submit", "arguments": {"answer": "2.35"}},
+    ]
+    task = Task(task_id="t", oracle_actions=calls)
+    oracle = load_model("scripted/oracle")
+    reply = await oracle.generate(tool_request(task, step=1, functions=TOOLS))
+    assert reply.text == "" and reply.tool_calls == [
+        ToolCall(name="submit", arguments={"answer": "2.35"}, id="call_1")
+    ]
+    text = load_model("scripted/oracle", ModelOptions(tool_calling="text"))
+    reply = await text.generate(tool_request(task, step=0, functions=TOOLS))
+    assert json.loads(reply.text) == {"tool_name": "lookup", "arguments": calls[0]["arguments"]}
+    # a tool env row with only an answer: the oracle submits it through the answer tool
+    answer = await oracle.generate(tool_request(Task(task_id="a", answer="7")))
+    assert json.loads(answer.text) == {"tool_name": "submit", "arguments": {"answer": "7"}}
+    noop = await load_model("scripted/noop").generate(tool_request(Task(task_id="t")))
+    assert json.loads(noop.text) == {"tool_name": "lookup", "arguments": {"item": "aa", "limit": 1}}
+    # a single-action env offered as one function: the policies keep answering in JSON text
+    step = ToolSpec(name="step", input_schema=MOVE)
+    context = TurnContext(Task(task_id="t", oracle_actions=[{"move": "up"}]), {}, MOVE, 0, 1)
+    reply = await oracle.generate(
+        GenerateRequest(
+            [ChatMessage(role="user", content="hi")], SamplingParams(), context, (step,)
+        )
+    )
+    assert (reply.text, reply.tool_calls) == ('{"move": "up"}', [])

@@ -190,3 +190,26 @@ def test_environment_factory_runs_in_trl_tool_loop(
         assert record.initial_observation is not None
     logged = trainer.state.log_history[0]["rewards/TasksetEnvironment/mean"]
     assert math.isclose(logged, sum(r.reward or 0.0 for r in records) / 2, abs_tol=1e-6)
+
+
+def test_grpo_trains_on_the_tool_env_through_trl_s_tool_loop(
+    smollm2_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is "experimental"
+    report = _example().run_tool_envs(
+        steps=1, generations=2, model_cache=smollm2_dir, output_dir=tmp_path / "out"
+    )
+    trainer, episodes = report["_trainer"], report["_episodes"]
+    assert report["steps"] == trainer.state.global_step == 1
+    # one ledger row and one arith row, two rollouts each, each scored as evaluation scores it
+    assert sorted(r.task_id.split("-")[0] for r in episodes) == ["arith"] * 2 + ["ledger"] * 2
+    assert all(r.outcome in ("scored", "agent_error") for r in episodes)
+    (logged,) = [h for h in trainer.state.log_history if "loss" in h]
+    for env_class, prefix in (("LedgerTools", "ledger"), ("TasksetEnvironment", "arith")):
+        rewards = [r.reward or 0.0 for r in episodes if r.task_id.startswith(prefix)]
+        assert math.isclose(logged[f"rewards/{env_class}/mean"], sum(rewards) / 2, abs_tol=1e-6)
+    # the model saw the ledger's own tools, one function each
+    tools = {t["function"]["name"] for t in trainer.tools if isinstance(t, dict)} or {
+        getattr(t, "__name__", "") for t in trainer.tools
+    }
+    assert {"lookup", "calculate", "submit", "step"} <= tools

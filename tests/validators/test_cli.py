@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from taskhub import ValidationReport
@@ -26,15 +27,32 @@ def test_json_report_and_output_file_of_a_passing_env(tmp_path: Path) -> None:
     assert ValidationReport.model_validate_json(out.read_text()) == report
 
 
-def test_report_card_of_a_failing_env_exits_1() -> None:
+def test_report_card_of_a_failing_env_exits_1(tmp_path: Path) -> None:
+    rfc = tmp_path / "rfc008.json"
     result = runner.invoke(
         app,
-        ["validate", str(ENVS / "empty_answer_scores"), *FAST, "--check", "semantic.floor_gap"],
+        [
+            "validate",
+            str(ENVS / "empty_answer_scores"),
+            *FAST,
+            "--check",
+            "semantic.floor_gap",
+            "--rfc008",
+            str(rfc),
+        ],
     )
     assert result.exit_code == 1, result.output
-    assert "FAIL semantic.floor_gap" in result.stdout
-    assert "-> The verifier rewards no work" in result.stdout
-    assert "verdict: FAIL (exit 1)" in result.stdout
+    card = result.stdout
+    assert "verdict: FAIL (exit 1)" in card.splitlines()[3]  # the verdict comes first
+    assert "Blockers: each of these fails the env" in card
+    assert "semantic.floor_gap [fail]" in card
+    assert "fix: The verifier rewards no work" in card
+    # the file OpenEnv's own report model reads
+    validation = pytest.importorskip("openenv.validation.report")
+    document = validation.ValidationReportV2.model_validate_json(rfc.read_text())
+    assert document.verdict.value == "fail" and document.policy_version == "taskhub-v2"
+    floor = next(r for r in document.results if r.check_id == "semantic.floor_gap")
+    assert floor.status.value == "fail" and floor.remediation
 
 
 def test_a_folder_that_is_not_an_env_exits_2(tmp_path: Path) -> None:

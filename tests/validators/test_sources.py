@@ -67,7 +67,9 @@ def test_validate_a_git_source_at_each_commit(bare_repo: tuple[Path, str, str]) 
     from taskhub.validators import ValidationConfig, validate
 
     bare, first, second = bare_repo
-    config = ValidationConfig(taskset=str(QUIZ), checks=["static.manifest"], **FAST)
+    config = ValidationConfig(
+        taskset=str(QUIZ), checks=["static.manifest", "protocol.episode"], **FAST
+    )
     good = validate(f"git+{bare.as_uri()}@{first}#subdirectory=envs/good", config)
     assert good.target_kind == "git" and first in good.target
     assert good.verdict == "pass", [(c.id, c.summary) for c in good.checks if c.status != "pass"]
@@ -78,13 +80,13 @@ def test_validate_a_git_source_at_each_commit(bare_repo: tuple[Path, str, str]) 
     assert broken.source_digest != good.source_digest
 
 
-def test_a_git_revision_that_does_not_exist_is_unsupported(
+def test_a_git_revision_that_does_not_exist_is_an_error(
     bare_repo: tuple[Path, str, str],
 ) -> None:
     from taskhub.validators import validate
 
     report = validate(f"git+{(bare_repo[0]).as_uri()}@{'0' * 40}")
-    assert report.verdict == "unsupported" and report.error is not None
+    assert report.verdict == "error" and report.exit_code == 3 and report.error is not None
     assert "git checkout" in report.error.message
 
 
