@@ -13,9 +13,10 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
+from pydantic import BaseModel
 
 from taskhub._errors import AgentFormatError, EnvError, EnvExecutionError, EnvProtocolError
 from taskhub._limits import loads_bounded
@@ -35,6 +36,39 @@ from taskhub.env._tools import tool_result
 from taskhub.models._base import GenerateRequest, ModelBackend, TurnContext
 from taskhub.models._scripted import action_properties, text_field
 
+_M = TypeVar("_M", bound=BaseModel)
+_FIELD_NAMES: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+def trusted(model: type[_M], **values: Any) -> _M:
+    """Build ``model`` from values already of its field types, without validating them.
+
+    For the records of the hot path, whose values come typed out of ``json.loads`` and the
+    loop's own code: validating them again, or pydantic's ``model_construct`` (which looks up
+    aliases and default factories field by field), costs more than the episode's own work.
+    Every field must be given (in any order: the record keeps the model's field order, which
+    is the order of its JSON).
+
+    Raises:
+        TypeError: A field is missing, or a value names no field.
+    """
+    names = _FIELD_NAMES.get(model)
+    if names is None:
+        names = _FIELD_NAMES[model] = tuple(model.model_fields)
+    try:
+        ordered = {name: values[name] for name in names}
+    except KeyError as exc:
+        raise TypeError(f"{model.__name__}: no value for field {exc}") from None
+    if len(ordered) != len(values):
+        raise TypeError(f"{model.__name__}: no such fields {sorted(set(values) - set(ordered))}")
+    instance = model.__new__(model)
+    object.__setattr__(instance, "__dict__", ordered)
+    object.__setattr__(instance, "__pydantic_fields_set__", set(ordered))
+    object.__setattr__(instance, "__pydantic_extra__", None)
+    object.__setattr__(instance, "__pydantic_private__", None)
+    return instance
+
+
 FORMAT_RETRY_MESSAGE = (
     "Your reply could not be used as an action: {error}\nReply again with only the action."
 )
@@ -51,6 +85,38 @@ def public_action_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None
     props.pop("metadata", None)
     public["properties"] = props
     return public
+
+
+@dataclass(frozen=True)
+class _SchemaFacts:
+    """What the loop derives from an action schema, computed once per schema object."""
+
+    schema: dict[str, Any] | None
+    public: dict[str, Any] | None
+    public_json: str
+    text_field: str | None
+    properties: dict[str, dict[str, Any]]
+
+
+_SCHEMA_FACTS: dict[int, _SchemaFacts] = {}
+
+
+def _facts(schema: dict[str, Any] | None) -> _SchemaFacts:
+    # A run parses every reply against the same schema object: derive its facts once.
+    facts = _SCHEMA_FACTS.get(id(schema))
+    if facts is None or facts.schema is not schema:
+        if len(_SCHEMA_FACTS) > 64:
+            _SCHEMA_FACTS.clear()
+        public = public_action_schema(schema)
+        facts = _SchemaFacts(
+            schema,
+            public,
+            json.dumps(public, indent=2) if public else "{}",
+            text_field(schema),
+            action_properties(schema),
+        )
+        _SCHEMA_FACTS[id(schema)] = facts
+    return facts
 
 
 def parse_action(
@@ -89,7 +155,8 @@ def parse_action(
 
 def _readings(text: str, schema: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
     """Yield the possible actions a reply can be read as, most literal first (lazily)."""
-    field = text_field(schema)
+    facts = _facts(schema)
+    field = facts.text_field
     had_field = False
 
     def objects() -> Iterator[str]:
@@ -105,9 +172,9 @@ def _readings(text: str, schema: dict[str, Any] | None) -> Iterator[dict[str, An
         if isinstance(value, dict):
             had_field = had_field or (field is not None and field in value)
             yield value
-    if field is not None and not had_field and "enum" not in action_properties(schema)[field]:
+    if field is not None and not had_field and "enum" not in facts.properties[field]:
         yield {field: _unfence(text)}
-    enum_action = _enum_action(text, schema)
+    enum_action = _enum_action(text, schema, facts.properties)
     if enum_action is not None:
         yield enum_action
 
@@ -116,15 +183,20 @@ def validate_action(action: dict[str, Any], schema: dict[str, Any] | None) -> st
     """Return why ``action`` does not satisfy ``schema``, or None when it does."""
     if not schema:
         return None
-    validator = _validator(schema)
-    # Discrete action spaces repeat the same few actions: remember which ones were valid.
-    key = (id(validator), json.dumps(action, sort_keys=True, default=repr))
-    if key in _VALID_ACTIONS:
+    checker = _checker(schema)
+    if checker.accepts is not None and checker.accepts(action):
         return None
+    # Discrete action spaces repeat the same few actions: remember which ones were valid.
+    frozen = _freeze(action)
+    key = (id(checker), frozen) if frozen is not None else None
+    if key is not None and key in _VALID_ACTIONS:
+        return None
+    validator = checker.validator
     if validator.is_valid(action):
-        if len(_VALID_ACTIONS) > 4096:
-            _VALID_ACTIONS.clear()
-        _VALID_ACTIONS.add(key)
+        if key is not None:
+            if len(_VALID_ACTIONS) > 4096:
+                _VALID_ACTIONS.clear()
+            _VALID_ACTIONS.add(key)
         return None
     error = jsonschema.exceptions.best_match(validator.iter_errors(action))
     if error is None:
@@ -133,21 +205,117 @@ def validate_action(action: dict[str, Any], schema: dict[str, Any] | None) -> st
     return f"{where + ': ' if where else ''}{error.message}"
 
 
-_VALIDATORS: dict[int, tuple[dict[str, Any], jsonschema.Draft202012Validator]] = {}
-_VALID_ACTIONS: set[tuple[int, str]] = set()
+@dataclass(frozen=True)
+class _Checker:
+    """An action schema compiled once: the full validator, and a fast path when it is simple."""
+
+    schema: dict[str, Any]
+    validator: jsonschema.Draft202012Validator
+    accepts: Callable[[dict[str, Any]], bool] | None
+    """True only for actions the schema accepts (False means: ask the full validator)."""
 
 
-def _validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
+_CHECKERS: dict[int, _Checker] = {}
+_Frozen = tuple[tuple[str, type, Any], ...]
+_VALID_ACTIONS: set[tuple[int, _Frozen]] = set()
+# Schema keywords that do not constrain a value.
+_ANNOTATIONS = frozenset(
+    {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly"}
+)
+_SCALARS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: type(v) is str,
+    "boolean": lambda v: type(v) is bool,
+    "integer": lambda v: type(v) is int,
+    "number": lambda v: type(v) is int or type(v) is float,
+    "null": lambda v: v is None,
+    "array": lambda v: type(v) is list,
+}
+
+
+def _freeze(action: dict[str, Any]) -> _Frozen | None:
+    """A hashable key of a flat action of scalars (the common case), else None."""
+    items = []
+    for key, value in action.items():
+        # bool is kept apart from int: True and 1 are equal keys but not the same action
+        if value is None or type(value) in (str, int, float, bool):
+            items.append((key, type(value), value))
+        else:
+            return None
+    return tuple(sorted(items))
+
+
+def _checker(schema: dict[str, Any]) -> _Checker:
     # Built once per schema object: a run validates every action against the same schema.
-    cached = _VALIDATORS.get(id(schema))
-    if cached is None or cached[0] is not schema:
-        if len(_VALIDATORS) > 64:
-            _VALIDATORS.clear()
-        # a new validator may reuse a dropped one's id: forget what that one accepted
+    cached = _CHECKERS.get(id(schema))
+    if cached is None or cached.schema is not schema:
+        if len(_CHECKERS) > 64:
+            _CHECKERS.clear()
+        # a new checker may reuse a dropped one's id: forget what that one accepted
         _VALID_ACTIONS.clear()
-        cached = (schema, jsonschema.Draft202012Validator(schema))
-        _VALIDATORS[id(schema)] = cached
-    return cached[1]
+        cached = _Checker(schema, jsonschema.Draft202012Validator(schema), _fast_accepts(schema))
+        _CHECKERS[id(schema)] = cached
+    return cached
+
+
+def _fast_accepts(schema: dict[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
+    """A plain-Python test for the common action schema (an object of typed scalar fields).
+
+    Only keywords it fully understands are allowed (``type``, ``properties``, ``required``,
+    ``additionalProperties``, ``enum`` of strings, annotations); any other schema gets None and
+    is left to jsonschema. It may refuse what jsonschema would accept (``1.0`` as an integer),
+    never the reverse: a refusal only sends the action to the full validator.
+    """
+    if set(schema) - _ANNOTATIONS - {"type", "properties", "required", "additionalProperties"}:
+        return None
+    extra = schema.get("additionalProperties", True)
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if schema.get("type") != "object" or not isinstance(extra, bool):
+        return None
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        return None
+    checks: dict[str, Callable[[Any], bool]] = {}
+    for name, sub in properties.items():
+        check = _fast_value(sub)
+        if check is None:
+            return None
+        checks[name] = check
+    names = tuple(required)
+
+    def accepts(action: dict[str, Any]) -> bool:
+        for name in names:
+            if name not in action:
+                return False
+        for key, value in action.items():
+            check = checks.get(key)
+            if check is None:
+                if not extra:
+                    return False
+            elif not check(value):
+                return False
+        return True
+
+    return accepts
+
+
+def _fast_value(schema: Any) -> Callable[[Any], bool] | None:
+    if not isinstance(schema, dict):
+        return None
+    keys = set(schema) - _ANNOTATIONS
+    kind = schema.get("type")
+    if "enum" in keys and keys <= {"enum", "type"} and kind in (None, "string"):
+        options = schema["enum"]
+        if not isinstance(options, list) or not all(type(o) is str for o in options):
+            return None
+        allowed = frozenset(options)
+        return lambda v: type(v) is str and v in allowed
+    if kind == "object" and keys <= {"type", "additionalProperties"}:
+        if schema.get("additionalProperties", True) is not True:
+            return None
+        return lambda v: type(v) is dict
+    if isinstance(kind, str) and kind in _SCALARS and keys == {"type"}:
+        return _SCALARS[kind]
+    return None
 
 
 def _unfence(text: str) -> str:
@@ -183,8 +351,9 @@ def _json_objects(text: str, limit: int = 8) -> list[str]:
     return found
 
 
-def _enum_action(text: str, schema: dict[str, Any] | None) -> dict[str, Any] | None:
-    props = action_properties(schema)
+def _enum_action(
+    text: str, schema: dict[str, Any] | None, props: dict[str, dict[str, Any]]
+) -> dict[str, Any] | None:
     required = [k for k in (schema or {}).get("required", []) if k in props]
     names = required or list(props)
     if len(names) != 1 or "enum" not in props[names[0]]:
@@ -210,6 +379,7 @@ class EpisodeTrace:
     usage: Usage = field(default_factory=Usage)
     env_time_s: float = 0.0
     model_time_s: float = 0.0
+    queue_time_s: float = 0.0
     terminated: bool = False
     truncated: bool = False
 
@@ -248,37 +418,48 @@ async def run_episode(
     trace.initial = result
     mcp = toolbox is not None and toolbox.mcp
     native = toolbox is not None and getattr(model, "tool_calling", "text") == "native"
-    variables = template_variables(task, action_schema, toolbox, native=native)
+    variables = template_variables(
+        task, action_schema, toolbox, native=native, reads=templates.reads
+    )
     system = await templates.render_async("system", **variables)
     if system:
         trace.messages.append(ChatMessage(role="system", content=system))
     reader = _Reader(toolbox, action_schema, format_retries)
     env_tools = toolbox.tools if toolbox is not None and toolbox.tools else ()
+    # an observation's text is built only for a template that shows it
+    text_in_first = "observation_text" in templates.reads_in["first"]
+    text_in_step = "observation_text" in templates.reads_in["step"]
     observation, reward = result.observation, None
     index = 0
     answered = False  # whether the last observation went back to the model as tool messages
     while index < max_steps and not result.done:
         if not answered:
-            turn = {
+            shown = {
                 **variables,
                 "observation": observation,
-                "observation_text": _observation_text(observation, mcp),
+                "observation_text": _observation_text(observation, mcp)
+                if (text_in_step if index else text_in_first)
+                else "",
                 "reward": reward,
                 "step": index,
             }
-            content = await templates.render_async("first" if index == 0 else "step", **turn)
-            trace.messages.append(ChatMessage.model_construct(role="user", content=content))
+            content = await templates.render_async("first" if index == 0 else "step", **shown)
+            trace.messages.append(ChatMessage(role="user", content=content))
         context = TurnContext(task, observation, action_schema, index, episode_seed, env_tools)
         offered = (
             toolbox.functions
             if toolbox is not None and getattr(model, "tool_calling", "text") == "native"
             else None
         )
-        moves, reply, format_errors, model_s = await reader.read(
-            model, trace, sampling, context, offered
+        turn = await reader.read(model, trace, sampling, context, offered)
+        reply, format_errors, model_s, queue_s = (
+            turn.reply,
+            turn.format_errors,
+            turn.model_s,
+            turn.queue_s,
         )
         answered = False
-        for action, call in moves:
+        for action, call in turn.moves:
             if index >= max_steps or result.done:
                 break  # the reply's later calls are not run: the episode is over
             started = time.perf_counter()
@@ -298,10 +479,12 @@ async def run_episode(
                 tool_text, tool_error = tool_result(result.observation)
             if toolbox is not None and call is None and mcp:
                 call = toolbox.call(action)
-            # Everything here is already typed (the observation came out of json.loads), so
-            # the record is built without re-validating it: this loop is the runner's hot path.
+            # Everything here is already typed (the observation came out of loads_bounded, the
+            # rest from this loop), so the record is built without re-validating it: this loop
+            # is the runner's hot path.
             trace.steps.append(
-                StepRecord.model_construct(
+                trusted(
+                    StepRecord,
                     index=index,
                     action=action,
                     observation=result.observation,
@@ -312,21 +495,24 @@ async def run_episode(
                     latency_s=latency,
                     model_latency_s=model_s,
                     format_errors=format_errors,
+                    queue_time_s=queue_s,
                     tool_call=call,
                     tool_result=tool_text,
                     tool_error=tool_error,
                 )
             )
-            format_errors, model_s = [], 0.0
+            format_errors, model_s, queue_s = [], 0.0, 0.0
             index += 1
             observation, reward = result.observation, result.reward
             if call is not None and call.id is not None and reader.called:
+                if tool_text is not None:
+                    text = tool_text
+                else:
+                    text = observation_text(observation) if text_in_step else ""
                 step_turn = {
                     **variables,
                     "observation": observation,
-                    "observation_text": tool_text
-                    if tool_text is not None
-                    else observation_text(observation),
+                    "observation_text": text,
                     "reward": reward,
                     "step": index,
                 }
@@ -345,6 +531,7 @@ def template_variables(
     toolbox: Toolbox | None = None,
     *,
     native: bool = False,
+    reads: frozenset[str] | None = None,
 ) -> dict[str, Any]:
     """The variables every prompt template of ``task`` sees (training renders with them too).
 
@@ -353,19 +540,30 @@ def template_variables(
         action_schema: The env's action schema.
         toolbox: The env's toolbox; a tool env's functions are given as ``tools``.
         native: Whether the model is offered the functions natively.
+        reads: The variable names the templates read (``Templates.reads``): the costly ones
+            (``task``, ``tools``, ``tool_instructions``) are computed only when read. None
+            computes them all.
     """
-    public_schema = public_action_schema(action_schema)
+    facts = _facts(action_schema)
     mcp = toolbox is not None and toolbox.mcp
-    return {
-        "task": task.model_dump(exclude={"answer", "oracle_actions"}),
+    variables: dict[str, Any] = {
         "prompt": task.prompt,
-        "action_schema": public_schema,
-        "action_schema_json": json.dumps(public_schema, indent=2) if public_schema else "{}",
-        "text_field": text_field(action_schema),
-        "tools": [f.model_dump() for f in toolbox.functions] if toolbox and mcp else None,
+        "action_schema": facts.public,
+        "action_schema_json": facts.public_json,
+        "text_field": facts.text_field,
         "tool_calling": "native" if native else "text",
-        "tool_instructions": text_call_instructions(toolbox.functions) if toolbox and mcp else "",
     }
+    if reads is None or "task" in reads:
+        variables["task"] = task.model_dump(exclude={"answer", "oracle_actions"})
+    if reads is None or "tools" in reads:
+        variables["tools"] = (
+            [f.model_dump() for f in toolbox.functions] if toolbox and mcp else None
+        )
+    if reads is None or "tool_instructions" in reads:
+        variables["tool_instructions"] = (
+            text_call_instructions(toolbox.functions) if toolbox and mcp else ""
+        )
+    return variables
 
 
 def _observation_text(observation: dict[str, Any], mcp: bool) -> str:
@@ -420,6 +618,20 @@ def _leaves(value: Any, depth: int = 0) -> Iterator[Any]:
             yield value
 
 
+@dataclass(frozen=True)
+class _Turn:
+    """The model's part of a turn: the actions its reply asks for, and what getting them took."""
+
+    moves: list[tuple[dict[str, Any], ToolCall | None]]
+    """Each action, with the tool call it came from (None for a reply in text)."""
+    reply: str
+    format_errors: list[str]
+    model_s: float
+    """Seconds the model worked on the turn's calls."""
+    queue_s: float
+    """Seconds those calls waited for the model before it worked on them."""
+
+
 @dataclass
 class _Reader:
     """Turns a model's replies into actions: tool calls, or text read against a schema."""
@@ -437,9 +649,9 @@ class _Reader:
         sampling: SamplingParams,
         context: TurnContext,
         offered: tuple[ToolSpec, ...] | None,
-    ) -> tuple[list[tuple[dict[str, Any], ToolCall | None]], str, list[str], float]:
+    ) -> _Turn:
         errors: list[str] = []
-        model_s = 0.0
+        model_s = queue_s = 0.0
         box = self.toolbox
         schema = box.text_schema if box is not None else self.action_schema
         normalize = box.normalize if box is not None else None
@@ -449,8 +661,12 @@ class _Reader:
                 GenerateRequest(list(trace.messages), sampling, context, offered)
             )
             elapsed = time.perf_counter() - started
-            model_s += elapsed
-            trace.model_time_s += elapsed
+            # a call queued behind others (a local model serves one at a time) is not model time
+            queued = min(max(generation.queue_s, 0.0), elapsed)
+            model_s += elapsed - queued
+            queue_s += queued
+            trace.model_time_s += elapsed - queued
+            trace.queue_time_s += queued
             trace.usage.add(generation.usage)
             if generation.finish_reason == "cut":  # stored cut and marked, never sent to the env
                 trace.messages.append(ChatMessage(role="assistant", content=generation.text))
@@ -478,7 +694,7 @@ class _Reader:
                         problem = problem or exc
                 if problem is None:
                     self.called = True
-                    return moves, reply, errors, model_s
+                    return _Turn(moves, reply, errors, model_s, queue_s)
                 errors.append(str(problem))
                 # every call of the reply is answered: none of them was run
                 for call in calls:
@@ -505,4 +721,4 @@ class _Reader:
                 )
                 continue
             self.called = False
-            return [(action, None)], generation.text, errors, model_s
+            return _Turn([(action, None)], generation.text, errors, model_s, queue_s)

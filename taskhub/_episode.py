@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from taskhub._agent import EpisodeTrace
+from taskhub._agent import EpisodeTrace, trusted
 from taskhub._errors import AgentFormatError
 from taskhub._rewards import BoundReward, score_episode
-from taskhub._schema import EpisodeRecord, ErrorInfo, Task
+from taskhub._schema import SCHEMA_VERSION, EpisodeRecord, ErrorInfo, Task
 
 #: Step limit when neither the run, the row nor the card sets one.
 DEFAULT_MAX_STEPS = 100
@@ -61,6 +61,7 @@ def plan_episode(
     max_steps: int | None = None,
     card_max_steps: int | None = None,
     model_seed: int | None = None,
+    task_hash: str | None = None,
 ) -> EpisodePlan:
     """Decide the seeds, episode id, reset payload and step limit of one episode.
 
@@ -76,11 +77,12 @@ def plan_episode(
         max_steps: The run's step limit, overriding the row's and the card's.
         card_max_steps: The taskset card's step limit.
         model_seed: A fixed model seed for every episode (None: derived per sample).
+        task_hash: ``task.content_hash()``, when the caller has it already.
 
     Returns:
         The plan.
     """
-    task_hash = task.content_hash()
+    task_hash = task_hash or task.content_hash()
     env_seed = task.reset.get("seed")
     if not isinstance(env_seed, int) or isinstance(env_seed, bool):
         env_seed = derive_seed(run_seed, task.task_id)
@@ -141,7 +143,11 @@ async def record_episode(
         outcome = "infra_error"
     initial = trace.initial
     task = episode.task
-    record = EpisodeRecord(
+    # Every value here is typed already (observations came out of json.loads, the task was
+    # validated when loaded): the record is built without validating it all over again.
+    record = trusted(
+        EpisodeRecord,
+        schema_version=SCHEMA_VERSION,
         run_id=run_id,
         episode_id=episode.episode_id,
         task_id=task.task_id,
@@ -149,9 +155,10 @@ async def record_episode(
         split=split,
         sample=episode.sample,
         seed=episode.env_seed,
-        outcome=outcome,  # type: ignore[arg-type]
+        outcome=outcome,
         reward=None,
         success=None,
+        reward_components=[],
         env_reward=_env_reward(trace) if initial else None,
         error=ErrorInfo.from_exception(error) if error is not None else None,
         attempts=attempts,
@@ -169,18 +176,21 @@ async def record_episode(
         env_time_s=trace.env_time_s,
         model_time_s=trace.model_time_s,
         task=task,
+        queue_time_s=trace.queue_time_s,
     )
     if outcome == "infra_error":
         return record
     components, total, reward_error = await score_episode(record, rewards)
-    update: dict[str, Any] = {"reward_components": components, "reward": total}
+    # the record is this function's own until it returns: completed in place, not copied
+    record.reward_components = components
+    record.reward = total
     if reward_error is not None:
         if outcome == "scored":
-            update["outcome"] = "reward_error"
-            update["error"] = ErrorInfo(type="RewardError", message=reward_error, boundary="reward")
+            record.outcome = "reward_error"
+            record.error = ErrorInfo(type="RewardError", message=reward_error, boundary="reward")
     elif total is not None:
-        update["success"] = total >= success_threshold
-    return record.model_copy(update=update)
+        record.success = total >= success_threshold
+    return record
 
 
 def _env_reward(trace: EpisodeTrace) -> float | None:

@@ -19,6 +19,16 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One strict decoder for every text: json.loads with a hook builds a new decoder per call.
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _loads_strict(text: str | bytes) -> Any:
+    if isinstance(text, bytes | bytearray):
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    return _STRICT.decode(text)
+
+
 def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
     """Return the nesting depth of ``value`` (a scalar is 0), counting up to ``limit + 1``.
 
@@ -61,7 +71,7 @@ def loads_bounded(
             nests deeper than ``limit``.
     """
     try:
-        value = json.loads(text) if constants else json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text) if constants else _loads_strict(text)
     except RecursionError:
         raise ValueError(f"nested deeper than {limit} levels") from None
     # Counting brackets runs at C speed: only a text with more of them than the limit can be

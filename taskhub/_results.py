@@ -292,6 +292,12 @@ class RunSummary(BaseModel):
     tokens: dict[str, int] = Field(default_factory=dict)
     mean_duration_s: float | None = None
     per_task: list[TaskSummary] = Field(default_factory=list)
+    model_time_s: float = 0.0
+    """Seconds the model worked, over every episode (queue wait not included)."""
+    queue_time_s: float = 0.0
+    """Seconds model calls waited for the model (a local model serves one call at a time)."""
+    tokens_per_s: float | None = None
+    """Completion tokens per second of model time; None without tokens or model time."""
 
 
 #: Columns of ``read_results_table`` that ``summarize`` reads.
@@ -305,6 +311,8 @@ SUMMARY_COLUMNS = (
     "completion_tokens",
     "model_calls",
     "duration_s",
+    "model_time_s",
+    "queue_time_s",
 )
 
 
@@ -328,6 +336,8 @@ def _summary_table(records: Sequence[EpisodeRecord] | pyarrow.Table) -> pyarrow.
             "completion_tokens": [r.usage.completion_tokens for r in records],
             "model_calls": [r.usage.calls for r in records],
             "duration_s": [r.duration_s for r in records],
+            "model_time_s": [r.model_time_s for r in records],
+            "queue_time_s": [r.queue_time_s for r in records],
         },
         schema=schema,
     )
@@ -400,6 +410,8 @@ def summarize(
     samples = set(np.unique(count).tolist())
     not_infra = outcome != "infra_error"
     steps = table["num_steps"].to_numpy()[not_infra]
+    completion = int(pc.sum(table["completion_tokens"]).as_py() or 0)
+    model_time = math.fsum(table["model_time_s"].to_numpy().tolist())
     return RunSummary(
         n_episodes=n,
         n_planned=n_planned,
@@ -417,11 +429,14 @@ def summarize(
         mean_steps=math.fsum(steps.tolist()) / len(steps) if len(steps) else None,
         tokens={
             "prompt": int(pc.sum(table["prompt_tokens"]).as_py() or 0),
-            "completion": int(pc.sum(table["completion_tokens"]).as_py() or 0),
+            "completion": completion,
             "calls": int(pc.sum(table["model_calls"]).as_py() or 0),
         },
         mean_duration_s=math.fsum(table["duration_s"].to_numpy().tolist()) / n if n else None,
         per_task=per_task,
+        model_time_s=model_time,
+        queue_time_s=math.fsum(table["queue_time_s"].to_numpy().tolist()),
+        tokens_per_s=completion / model_time if completion and model_time > 0 else None,
     )
 
 

@@ -71,6 +71,7 @@ RESULT_COLUMNS = (
     "duration_s",
     "env_time_s",
     "model_time_s",
+    "queue_time_s",
     "reward_components",
     "record_json",
 )
@@ -93,6 +94,7 @@ _DEFAULTS: dict[str, object] = {
     "model_calls": 0,
     "env_time_s": 0.0,
     "model_time_s": 0.0,
+    "queue_time_s": 0.0,
 }
 
 
@@ -104,7 +106,8 @@ def _types() -> dict[str, pyarrow.DataType]:
         "sample": integer, "seed": integer, "attempts": integer, "num_steps": integer,
         "prompt_tokens": integer, "completion_tokens": integer, "model_calls": integer,
         "reward": real, "env_reward": real, "duration_s": real, "env_time_s": real,
-        "model_time_s": real, "success": flag, "terminated": flag, "truncated": flag,
+        "model_time_s": real, "queue_time_s": real, "success": flag, "terminated": flag,
+        "truncated": flag,
         "reward_components": pa.list_(_component_type()), "record_json": pa.large_string(),
     }  # fmt: skip
     return {name: kinds.get(name, text) for name in RESULT_COLUMNS}
@@ -234,9 +237,10 @@ def read_results_table(
     ``seed``, ``outcome``, ``reward``, ``success``, ``env_reward``, ``error_type``,
     ``error_message``, ``attempts``, ``terminated``, ``truncated``, ``num_steps``,
     ``prompt_tokens``, ``completion_tokens``, ``model_calls``, ``duration_s``, ``env_time_s``,
-    ``model_time_s``, ``reward_components`` (list of ``name``, ``value``, ``weight``, ``gate``,
-    ``error``) and ``record_json``: the record's line as stored, without its line break. Ask
-    for fewer with ``columns``: a summary that needs no ``record_json`` reads far less.
+    ``model_time_s``, ``queue_time_s``, ``reward_components`` (list of ``name``, ``value``,
+    ``weight``, ``gate``, ``error``) and ``record_json``: the record's line as stored, without
+    its line break. Ask for fewer with ``columns``: a summary that needs no ``record_json``
+    reads far less.
 
     The fast path checks that the file is UTF-8 JSON, one object per line, and the types and
     presence of the fields it returns; a file that fails any of that goes through
@@ -660,7 +664,17 @@ def _complete_size(path: Path) -> int:
 
 
 def _index_matches(path: Path) -> bool:
-    """Whether the index of ``path`` describes exactly its complete lines (see the module)."""
+    """Whether the index of ``path`` describes exactly its complete lines (see the module).
+
+    Its header must name this version's columns: an index with others is rebuilt before rows
+    are added to it.
+    """
+    try:
+        with index_path(path).open("rb") as f:
+            if f.readline() != _header():
+                return False
+    except OSError:
+        return False
     return _read_index(path, ()) is not None
 
 

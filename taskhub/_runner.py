@@ -18,7 +18,6 @@ import platform
 import random
 import re
 import secrets
-import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ import httpx
 from pydantic import SecretStr
 
 from taskhub._agent import EpisodeTrace, run_episode
-from taskhub._episode import CAPACITY_WAIT_S, plan_episode, record_episode
+from taskhub._episode import CAPACITY_WAIT_S, EpisodePlan, plan_episode, record_episode
 from taskhub._errors import (
     AgentFormatError,
     ConfigError,
@@ -70,6 +69,7 @@ from taskhub._schema import (
 )
 from taskhub._taskset import Taskset, load_taskset
 from taskhub._templates import Templates
+from taskhub._tls import default_ssl_context
 from taskhub._tools import Toolbox
 from taskhub._trust import check_remote_code
 from taskhub._urls import redact_optional_url, redact_url
@@ -145,6 +145,8 @@ class _Plan:
     manifest: RunManifest | None = None
     done: set[tuple[str, int]] = field(default_factory=set)
     previous: list[EpisodeRecord] = field(default_factory=list)
+    task_hashes: dict[str, str] = field(default_factory=dict)
+    """Content hashes of the tasks played lately (their other samples reuse them)."""
 
     def items(self) -> Iterator[tuple[Task, int]]:
         for task in self.tasks:
@@ -155,6 +157,18 @@ class _Plan:
     @property
     def n_planned(self) -> int:
         return len(self.tasks) * self.config.samples
+
+
+@dataclass(frozen=True)
+class _Played:
+    """An episode played to its end (or its error), not yet scored."""
+
+    episode: EpisodePlan
+    trace: EpisodeTrace
+    error: BaseException | None
+    attempts: int
+    started_at: datetime
+    duration: float
 
 
 def _summary_row(record: EpisodeRecord) -> EpisodeRecord:
@@ -439,7 +453,8 @@ class _Runner:
                 name=name,
                 base_url=redact_optional_url(config.base_url),
                 sampling=config.sampling,
-                details=self.model_details,
+                # a local run's model may have learnt something since it started (a fallback)
+                details=dict(self.model.details) if self.model is not None else self.model_details,
                 tool_calling=getattr(self.model, "tool_calling", "text")
                 if self.model is not None and self.toolbox is not None
                 else None,
@@ -460,20 +475,38 @@ class _Runner:
 
     async def _fan_out(self) -> None:
         items = self.plan.items()
+        # Recording an episode (rewards, the line in episodes.jsonl) overlaps the next episode
+        # of its worker, whose requests wait on the env meanwhile; one record in the making per
+        # worker at most. --fail-fast records inline: it decides on the outcome before going on.
+        overlap = not self.config.fail_fast
 
         async def worker() -> None:
-            for task, sample in items:
-                if self.stop_reason:
-                    return
-                record = await self._episode(task, sample)
-                if self.stop_reason and record is None:
-                    return
-                assert record is not None
-                self.record(record)
+            recording: asyncio.Task[None] | None = None
+            try:
+                for task, sample in items:
+                    if self.stop_reason:
+                        return
+                    played = await self._play(task, sample)
+                    if recording is not None:
+                        await recording
+                        recording = None
+                    if played is None:
+                        return
+                    if overlap:
+                        recording = group.create_task(self._finish(played))
+                    else:
+                        await self._finish(played)
+            finally:
+                if recording is not None:
+                    await recording
 
         async with asyncio.TaskGroup() as group:
             for _ in range(self.config.concurrency):
                 group.create_task(worker())
+
+    async def _finish(self, played: _Played) -> None:
+        """Score a played episode and record it."""
+        self.record(await self._score(played))
 
     def _write(self, record: EpisodeRecord) -> EpisodeRecord:
         """Append ``record``; one that cannot be serialized is stored as that episode's error."""
@@ -504,8 +537,36 @@ class _Runner:
             return stripped
 
     async def _episode(self, task: Task, sample: int) -> EpisodeRecord | None:
+        """Play an episode and score it; None when the run must stop (bad key)."""
+        played = await self._play(task, sample)
+        return None if played is None else await self._score(played)
+
+    async def _score(self, played: _Played) -> EpisodeRecord:
+        """The record of a played episode, scored."""
+        plan = self.plan
+        return await record_episode(
+            played.episode,
+            played.trace,
+            played.error,
+            run_id=plan.run_id,
+            split=plan.split,
+            attempts=played.attempts,
+            started_at=played.started_at,
+            duration=played.duration,
+            rewards=plan.task_rewards[played.episode.task.task_id],
+            success_threshold=plan.success_threshold,
+        )
+
+    async def _play(self, task: Task, sample: int) -> _Played | None:
+        """Play an episode, retrying infra errors; None when the run must stop (bad key)."""
         config, plan = self.config, self.plan
         assert self.pool is not None and self.model is not None
+        hashes = plan.task_hashes
+        task_hash = hashes.get(task.task_id)
+        if task_hash is None:  # once per task, however many samples it has
+            task_hash = hashes[task.task_id] = task.content_hash()
+            if len(hashes) > 4 * config.concurrency:  # samples of a task run close together
+                del hashes[next(iter(hashes))]
         episode = plan_episode(
             task,
             sample,
@@ -513,6 +574,7 @@ class _Runner:
             max_steps=config.max_steps,
             card_max_steps=plan.taskset.card.max_steps,
             model_seed=config.sampling.seed,
+            task_hash=task_hash,
         )
         sampling = config.sampling.model_copy(update={"seed": episode.model_seed})
         attempts = 0
@@ -580,17 +642,8 @@ class _Runner:
             if trace.initial is not None and self.env_info and self.env_info.dialect is None:
                 # what the server actually spoke, from its first observation frame
                 self.env_info.dialect = wire_dialect(trace.initial)
-            return await record_episode(
-                episode,
-                trace,
-                error,
-                run_id=plan.run_id,
-                split=plan.split,
-                attempts=attempts,
-                started_at=started_at,
-                duration=time.perf_counter() - started,
-                rewards=plan.task_rewards[task.task_id],
-                success_threshold=plan.success_threshold,
+            return _Played(
+                episode, trace, error, attempts, started_at, time.perf_counter() - started
             )
 
 
@@ -675,14 +728,10 @@ class EpisodeWorker:
         await self._stack.aclose()
 
 
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    # Loading the CA bundle costs ~15 ms: once per process, not once per run.
-    return ssl.create_default_context()
-
-
 def _make_http() -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=10.0), verify=_ssl_context())
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(30.0, connect=10.0), verify=default_ssl_context()
+    )
 
 
 async def evaluate_async(

@@ -380,9 +380,13 @@ class StepRecord(BaseModel):
     latency_s: float = 0.0
     """Seconds between sending the step and receiving its observation."""
     model_latency_s: float = 0.0
-    """Seconds the model took to produce the reply (including format retries)."""
+    """Seconds the model took to produce the reply (including format retries), not counting
+    ``queue_time_s``."""
     format_errors: list[str] = Field(default_factory=list)
     """Messages of replies rejected before this action was accepted."""
+    queue_time_s: float = 0.0
+    """Seconds the step's model calls waited for the model before it worked on them (a local
+    model serves one call at a time): queueing behind other episodes, not the model's time."""
     tool_call: ToolCall | None = Field(default=None, exclude_if=_unset)
     """The tool this step called and its arguments (tool envs, and native tool calling)."""
     tool_result: str | None = Field(default=None, exclude_if=_unset)
@@ -470,11 +474,14 @@ class EpisodeRecord(BaseModel):
     env_time_s: float = 0.0
     """Seconds spent waiting for the env."""
     model_time_s: float = 0.0
-    """Seconds spent waiting for the model."""
+    """Seconds the model worked on the episode's calls (``queue_time_s`` not included)."""
     task: Task
     """The task row, so that a run directory can be re-scored and browsed on its own. Its
     measured columns (``pass_rate``, ``difficulty``, ``profile``) are not written: they describe
     earlier runs, not this episode."""
+    queue_time_s: float = 0.0
+    """Seconds the episode's model calls waited for the model before it worked on them (a local
+    model serves one call at a time, so concurrent episodes queue for it)."""
 
     @field_serializer("task")
     def _task_without_measurements(self, task: Task, info: SerializationInfo) -> dict[str, Any]:

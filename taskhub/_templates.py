@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from jinja2 import StrictUndefined, Template, TemplateError, nodes
+from jinja2 import StrictUndefined, Template, TemplateError, meta, nodes
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import Context
@@ -228,6 +228,13 @@ def observation_text(observation: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=64)
+def _compile(source: str) -> tuple[Template, frozenset[str]]:
+    """Compile a template and find the variables it reads (once per text: compiling is slow)."""
+    tree = _jinja.parse(source)
+    return _jinja.from_string(tree), frozenset(meta.find_undeclared_variables(tree))
+
+
 @dataclass
 class Templates:
     """The prompt templates of a taskset, compiled once.
@@ -240,6 +247,12 @@ class Templates:
     first: str
     step: str
     _compiled: dict[str, Template] = field(default_factory=dict, repr=False, compare=False)
+    reads: frozenset[str] = frozenset()
+    """The variables any of the templates reads: the agent loop computes only those."""
+    reads_in: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
+    """The variables each template (``system``, ``first``, ``step``) reads."""
+    _constant: dict[str, str | None] = field(default_factory=dict, repr=False, compare=False)
+    """Templates that read no variable, and their text once rendered (None until then)."""
     _own: set[str] = field(default_factory=set, repr=False, compare=False)
 
     @classmethod
@@ -254,6 +267,7 @@ class Templates:
             card.prompt_template or DEFAULT_PROMPT_TEMPLATE,
             card.step_template or DEFAULT_STEP_TEMPLATE,
         )
+        reads: set[str] = set()
         for name in ("system", "first", "step"):
             source = getattr(templates, name)
             if source in (DEFAULT_SYSTEM_PROMPT, DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_TEMPLATE):
@@ -264,20 +278,32 @@ class Templates:
                     f"the {MAX_TEMPLATE_CHARS}-character limit of a template"
                 )
             try:
-                templates._compiled[name] = _jinja.from_string(source)
+                compiled, used = _compile(source)
             except (TemplateError, RecursionError) as exc:
                 raise ConfigError(
                     f"taskset card {CARD_FIELDS[name]} does not compile: {exc}"
                 ) from None
+            templates._compiled[name] = compiled
+            if not used:  # the same text every time: rendered once
+                templates._constant[name] = None
+            templates.reads_in[name] = used
+            reads |= used
+        templates.reads = frozenset(reads)
         return templates
 
     def render(self, which: str, **variables: Any) -> str:
         """Render the ``system``, ``first`` or ``step`` template, here, under its bounds.
 
+        A template that reads no variable renders the same text every time: once, under the
+        same bounds, and that text is kept.
+
         Raises:
             ConfigError: The template fails (an undefined variable, a sandbox violation, the
                 output limit, the deadline).
         """
+        constant = self._constant.get(which)
+        if constant is not None:
+            return constant
         _render_state.deadline = time.monotonic() + RENDER_TIMEOUT_S
         try:
             chunks, size = [], 0
@@ -289,7 +315,7 @@ class Templates:
                     )
                 chunks.append(chunk)
                 _check_deadline()
-            return "".join(chunks).strip()
+            text = "".join(chunks).strip()
         except (TemplateError, RecursionError, MemoryError, _Interrupted) as exc:
             if isinstance(exc, _Interrupted):
                 exc = TemplateLimitError(
@@ -300,16 +326,20 @@ class Templates:
             ) from None
         finally:
             _render_state.deadline = None
+        if which in self._constant:
+            self._constant[which] = text
+        return text
 
     async def render_async(self, which: str, **variables: Any) -> str:
         """``render`` off the event loop (for a card's template), so a slow one blocks nothing.
 
-        A render still running at its deadline is interrupted in its thread.
+        A render still running at its deadline is interrupted in its thread. Taskhub's own
+        templates, and a template whose text is already kept, are not sent to a thread.
 
         Raises:
             ConfigError: As ``render``.
         """
-        if which in self._own:
+        if which in self._own or self._constant.get(which) is not None:
             return self.render(which, **variables)
         loop = asyncio.get_running_loop()
         started = threading.Event()

@@ -126,6 +126,11 @@ def summary_table(summary: RunSummary, manifest: RunManifest, run_dir: Path) -> 
             f"{summary.tokens['prompt']} prompt + {summary.tokens['completion']} completion "
             f"in {summary.tokens['calls']} calls",
         )
+    if summary.tokens_per_s is not None:
+        speed = f"{summary.tokens_per_s:.1f} completion tokens/s of model time"
+        if summary.queue_time_s > 0:
+            speed += f" (calls also queued {summary.queue_time_s:.1f}s for the model)"
+        table.add_row("model speed", speed)
     table.add_row("run dir", escape(str(run_dir)))
     return table
 

@@ -524,9 +524,15 @@ class EnvHandle:
         else:
             assert target.url is not None
             urls = [split_base_url(target.url)[0]]
-        transport, dialect = await probe_wire(self.http, urls[0])
-        metadata = await _optional_json(self.http, urls[0], "/metadata")
-        schema = await _optional_json(self.http, urls[0], "/schema")
+        # three independent round trips, at once (the two reads never raise an EnvError)
+        reads = asyncio.gather(
+            _optional_json(self.http, urls[0], "/metadata"),
+            _optional_json(self.http, urls[0], "/schema"),
+        )
+        try:
+            transport, dialect = await probe_wire(self.http, urls[0])
+        finally:
+            metadata, schema = await reads
         action_schema = schema.get("action") if isinstance(schema, dict) else None
         action_schema = action_schema if isinstance(action_schema, dict) else None
         tools, discovery = await _tools_of(

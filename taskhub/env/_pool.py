@@ -15,7 +15,9 @@ back when its other clients leave.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -48,8 +50,9 @@ class _Endpoint:
     """The user's limit: probing never goes above it."""
     in_use: int = 0
     """Sessions serving an episode now."""
-    idle: list[EnvClient] = field(default_factory=list)
-    """Open sessions parked for the next episode, most recently parked last."""
+    idle: list[tuple[EnvClient, float]] = field(default_factory=list)
+    """Open sessions parked for the next episode, and since when (``time.monotonic``); the
+    most recently parked last."""
     learnt: bool = False
     """Whether ``limit`` was learnt from a refusal (and may be probed upward again)."""
     served: int = 0
@@ -128,8 +131,10 @@ class SessionPool:
         self._timeout = timeout
         self._max_frame_bytes = max_frame_bytes
         self._headers = headers or {}
-        self._changed = asyncio.Condition()
-        self._expiry: dict[int, asyncio.TimerHandle] = {}
+        # Every change of the endpoints' counts happens between two awaits (one event loop):
+        # waiters only need waking when one may let them in.
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._reaper: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -159,7 +164,7 @@ class SessionPool:
         try:
             yield pooled
         except EnvCapacityError:
-            await self._at_capacity(pooled._endpoint)
+            self._at_capacity(pooled._endpoint)
             await self._release(pooled, keep=False, served=False)
             raise
         except _SESSION_SOUND_AFTER:
@@ -171,20 +176,27 @@ class SessionPool:
         await self._release(pooled, keep=True)
 
     async def _acquire(self) -> PooledSession:
+        while True:
+            if self._closed:
+                raise RuntimeError("the SessionPool is closed")
+            endpoint = self._pick()
+            if endpoint is not None:
+                break
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if not waiter.done():
+                    self._waiters.remove(waiter)
+        endpoint.in_use += 1
         dead: list[EnvClient] = []
         try:
-            async with self._changed:
-                await self._changed.wait_for(lambda: self._closed or self._pick() is not None)
-                endpoint = self._pick()
-                if self._closed or endpoint is None:
-                    raise RuntimeError("the SessionPool is closed")
-                endpoint.in_use += 1
-                while endpoint.idle:
-                    client = endpoint.idle.pop()
-                    self._unschedule(client)
-                    if client.is_open:
-                        return PooledSession(client, endpoint.url, True, endpoint)
-                    dead.append(client)  # the server closed it while it was parked
+            while endpoint.idle:
+                client, _ = endpoint.idle.pop()
+                if client.is_open:
+                    return PooledSession(client, endpoint.url, True, endpoint)
+                dead.append(client)  # the server closed it while it was parked
         finally:
             for client in dead:
                 await client.close()
@@ -199,8 +211,16 @@ class SessionPool:
         )
         return PooledSession(session, endpoint.url, False, endpoint)
 
+    def _wake(self) -> None:
+        """Let every waiter look again for a server with room."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
     async def _release(self, pooled: PooledSession, *, keep: bool, served: bool = True) -> None:
         endpoint, session = pooled._endpoint, pooled.session
+        endpoint.in_use -= 1
         park = (
             keep
             and self.reuse
@@ -208,38 +228,40 @@ class SessionPool:
             and isinstance(session, EnvClient)
             and session.is_open
             # a limit lowered while the session served (a refusal elsewhere) sheds it
-            and (endpoint.limit is None or endpoint.open <= endpoint.limit)
+            and (endpoint.limit is None or endpoint.open < endpoint.limit)
         )
-        async with self._changed:
-            endpoint.in_use -= 1
-            if park:
-                assert isinstance(session, EnvClient)
-                endpoint.idle.append(session)
-                self._schedule(endpoint, session)
-            if served:
-                self._served(endpoint)
-            self._changed.notify_all()
+        if park:
+            assert isinstance(session, EnvClient)
+            endpoint.idle.append((session, time.monotonic()))
+            if self._reaper is None:
+                self._schedule_reaper(self.idle_timeout)
+        if served:
+            self._served(endpoint)
+        self._wake()
         if not park:
             await asyncio.shield(session.close())
 
-    def _schedule(self, endpoint: _Endpoint, client: EnvClient) -> None:
-        loop = asyncio.get_running_loop()
-        self._expiry[id(client)] = loop.call_later(
-            self.idle_timeout, self._expire, endpoint, client
-        )
+    def _schedule_reaper(self, delay: float) -> None:
+        self._reaper = asyncio.get_running_loop().call_later(delay, self._reap)
 
-    def _unschedule(self, client: EnvClient) -> None:
-        handle = self._expiry.pop(id(client), None)
-        if handle is not None:
-            handle.cancel()
-
-    def _expire(self, endpoint: _Endpoint, client: EnvClient) -> None:
-        self._expiry.pop(id(client), None)
-        if client in endpoint.idle:
-            endpoint.idle.remove(client)
-            task = asyncio.get_running_loop().create_task(client.close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+    def _reap(self) -> None:
+        """Close the sessions parked for longer than ``idle_timeout``; come back for the rest."""
+        self._reaper = None
+        now = time.monotonic()
+        oldest = now
+        for endpoint in self.endpoints:
+            kept = []
+            for client, since in endpoint.idle:
+                if now - since >= self.idle_timeout:
+                    task = asyncio.get_running_loop().create_task(client.close())
+                    self._closing.add(task)
+                    task.add_done_callback(self._closing.discard)
+                else:
+                    kept.append((client, since))
+                    oldest = min(oldest, since)
+            endpoint.idle = kept
+        if any(e.idle for e in self.endpoints):
+            self._schedule_reaper(max(0.0, oldest + self.idle_timeout - now))
 
     def _served(self, endpoint: _Endpoint) -> None:
         """Count a served episode; after enough at a learnt limit, allow one more session."""
@@ -252,15 +274,14 @@ class SessionPool:
             endpoint.served = 0
             logger.info("%s: trying %d sessions again", endpoint.url, endpoint.limit)
 
-    async def _at_capacity(self, endpoint: _Endpoint) -> None:
+    def _at_capacity(self, endpoint: _Endpoint) -> None:
         """Lower a server's limit to the sessions it holds besides the refused one."""
-        async with self._changed:
-            accepted = max(1, endpoint.open - 1)
-            if endpoint.limit is None or accepted < endpoint.limit:
-                logger.info("%s is at capacity: at most %d sessions", endpoint.url, accepted)
-                endpoint.limit = accepted
-                endpoint.learnt = True
-                endpoint.served = 0
+        accepted = max(1, endpoint.open - 1)
+        if endpoint.limit is None or accepted < endpoint.limit:
+            logger.info("%s is at capacity: at most %d sessions", endpoint.url, accepted)
+            endpoint.limit = accepted
+            endpoint.learnt = True
+            endpoint.served = 0
 
     @property
     def idle_sessions(self) -> int:
@@ -269,13 +290,13 @@ class SessionPool:
 
     async def aclose(self) -> None:
         """Close every parked session; sessions in use close when their episode ends."""
-        async with self._changed:
-            self._closed = True
-            parked = [client for e in self.endpoints for client in e.idle]
-            for endpoint in self.endpoints:
-                endpoint.idle.clear()
-            for client in parked:
-                self._unschedule(client)
-            self._changed.notify_all()
+        self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+        parked = [client for e in self.endpoints for client, _ in e.idle]
+        for endpoint in self.endpoints:
+            endpoint.idle = []
+        self._wake()
         closing = [client.close() for client in parked]
         await asyncio.gather(*closing, *self._closing, return_exceptions=True)

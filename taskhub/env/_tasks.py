@@ -27,6 +27,7 @@ from taskhub._errors import (
     TasksetError,
 )
 from taskhub._schema import Task
+from taskhub._tls import default_ssl_context
 from taskhub.env._client import DEFAULT_MAX_FRAME_BYTES, _loads, split_base_url
 
 #: Tasks read from one split at most (a bounded copy of a huge or streamed split).
@@ -266,7 +267,9 @@ def env_tasks(url: str, *, limit: int = MAX_TASKS) -> tuple[str, dict[str, list[
     """
 
     async def fetch() -> tuple[str, dict[str, list[Task]]]:
-        async with httpx.AsyncClient(timeout=DEFAULT_TASK_API_TIMEOUT_S) as http:
+        async with httpx.AsyncClient(
+            timeout=DEFAULT_TASK_API_TIMEOUT_S, verify=default_ssl_context()
+        ) as http:
             return await env_tasks_async(url, http=http, limit=limit)
 
     try:

@@ -60,13 +60,23 @@ class GenerateRequest:
 
 @dataclass
 class Generation:
-    """A model's reply: text, and the calls it made (native tool calling), in order."""
+    """A model's reply: text, and the calls it made (native tool calling), in order.
+
+    Attributes:
+        text: The reply.
+        usage: Tokens and calls it cost.
+        finish_reason: Why generation stopped (``stop``, ``length``...), when known; ``cut``
+            when taskhub cut an oversize reply (see ``cut_reply``).
+        tool_calls: The calls the model made (native tool calling), in order.
+        queue_s: Seconds the call waited before the model worked on it (a local model serves
+            one call at a time): recorded as queue wait, apart from the model's time.
+    """
 
     text: str
     usage: Usage = field(default_factory=Usage)
-    #: ``stop``, ``length``...; ``cut`` when taskhub cut an oversize reply (see ``cut_reply``).
     finish_reason: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    queue_s: float = 0.0
 
 
 def cut_reply(text: str, limit: int) -> str:

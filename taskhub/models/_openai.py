@@ -26,6 +26,7 @@ from taskhub._errors import ConfigError, ModelAuthError, ModelError
 from taskhub._limits import loads_bounded
 from taskhub._registry import model_backend
 from taskhub._schema import JsonObject, Usage
+from taskhub._tls import default_ssl_context
 from taskhub._urls import redact_url, redact_urls_in
 from taskhub.models._base import GenerateRequest, Generation, ModelOptions, cut_reply
 from taskhub.models._chat import openai_messages, openai_tools, parse_tool_calls, text_messages
@@ -101,6 +102,7 @@ class OpenAIChat:
         self._http = httpx.AsyncClient(
             headers=headers,
             timeout=httpx.Timeout(options.timeout_s, connect=min(10.0, options.timeout_s)),
+            verify=default_ssl_context(),
         )
         self.details: JsonObject = {"endpoint": self.display_url}
         self.tool_option = options.tool_calling

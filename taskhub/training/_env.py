@@ -34,6 +34,7 @@ from taskhub._schema import (
 )
 from taskhub._taskset import Taskset
 from taskhub._templates import Templates
+from taskhub._tls import default_ssl_context
 from taskhub._tools import Toolbox
 from taskhub._trust import check_remote_code
 from taskhub.env._client import DEFAULT_MAX_FRAME_BYTES, EnvSession
@@ -202,7 +203,9 @@ class TrainingEnv:
         return self
 
     async def _start(self) -> None:
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=10.0))
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(30.0, connect=10.0), verify=default_ssl_context()
+        )
         self._handle = EnvHandle.open(
             self.env_spec,
             http=self._http,

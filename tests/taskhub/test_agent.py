@@ -114,3 +114,102 @@ def test_default_system_prompt_shows_the_schema_without_metadata() -> None:
     assert templates.render("system", text_field="answer", action_schema_json="{}").endswith(
         "Reply with your answer only."
     )
+
+
+# --- the hot path's shortcuts agree with the full machinery ------------------------------------
+
+SCHEMAS = {
+    "answer": ANSWER,
+    "move": MOVE,
+    "two-fields": TWO_FIELDS,
+    "typed": {
+        "type": "object",
+        "properties": {
+            "n": {"type": "number", "title": "N"},
+            "flag": {"type": "boolean"},
+            "note": {"type": "null"},
+            "items": {"type": "array"},
+            "kind": {"enum": ["a", "b"]},
+        },
+        "required": ["n"],
+        "description": "annotations do not constrain",
+    },
+    # keywords the fast path does not read: it must stand aside
+    "bounded": {"type": "object", "properties": {"s": {"type": "string", "maxLength": 2}}},
+    "nested": {
+        "type": "object",
+        "properties": {"p": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+    },
+    "defs": {
+        "type": "object",
+        "properties": {"m": {"$ref": "#/$defs/M"}},
+        "$defs": {"M": {"type": "string", "enum": ["x"]}},
+        "additionalProperties": False,
+    },
+}
+ACTIONS = [
+    {},
+    {"answer": "7"},
+    {"answer": 7},
+    {"answer": "7", "metadata": {}},
+    {"answer": "7", "metadata": []},
+    {"answer": "7", "other": 1},
+    {"move": "up"},
+    {"move": "north"},
+    {"move": True},
+    {"x": 1, "y": 2},
+    {"x": 1.0, "y": 2},
+    {"x": True, "y": 2},
+    {"x": "1", "y": 2},
+    {"n": 1},
+    {"n": 1.5, "flag": False, "note": None, "items": [1], "kind": "a"},
+    {"n": True},
+    {"n": 1, "flag": 0},
+    {"n": 1, "note": 0},
+    {"n": 1, "kind": "c"},
+    {"n": 1, "items": {}},
+    {"s": "ab"},
+    {"s": "abc"},
+    {"p": {"x": 1}},
+    {"p": {"x": "1"}},
+    {"m": "x"},
+    {"m": "y"},
+]
+
+
+@pytest.mark.parametrize("name", list(SCHEMAS))
+def test_action_checks_agree_with_jsonschema(name: str) -> None:
+    import jsonschema
+
+    from taskhub._agent import validate_action
+
+    schema = SCHEMAS[name]
+    full = jsonschema.Draft202012Validator(schema)
+    for action in ACTIONS:
+        for _ in range(2):  # the second time through the cache of valid actions
+            assert (validate_action(action, schema) is None) == full.is_valid(action), action
+
+
+def test_templates_know_what_they_read() -> None:
+    card = TasksetCard(
+        system_prompt="Plain rules.",
+        prompt_template="{{ observation.question }} ({{ task.metadata.family }})",
+        step_template="{{ observation_text }}",
+    )
+    templates = Templates.from_card(card)
+    assert templates.reads == {"observation", "task", "observation_text"}
+    assert templates.render("system") == "Plain rules." == templates.render("system")
+    default = Templates.from_card(TasksetCard())
+    assert {"text_field", "action_schema_json", "observation_text"} <= default.reads
+
+
+def test_variables_are_computed_only_when_a_template_reads_them() -> None:
+    from taskhub import Task
+    from taskhub._agent import template_variables
+
+    task = Task(task_id="t", prompt="p", answer="secret", metadata={"family": "add"})
+    everything = template_variables(task, ANSWER)
+    assert everything["task"]["metadata"] == {"family": "add"}
+    assert "answer" not in everything["task"]
+    assert everything["text_field"] == "answer" and everything["prompt"] == "p"
+    assert "task" not in template_variables(task, ANSWER, reads=frozenset({"observation"}))

@@ -62,6 +62,41 @@ def test_local_model_runs_a_multi_step_episode(tmp_path: Path) -> None:
     assert record.messages[0].role == "system" and record.usage.calls >= 1
 
 
+def test_model_time_leaves_out_the_wait_behind_other_episodes(tmp_path: Path) -> None:
+    """Calls are served one at a time: concurrent episodes queue, and that is not model time."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from taskhub._cli import app
+
+    config = EvalConfig(
+        model="local/smollm2-135m",
+        taskset="arith",
+        limit=4,
+        concurrency=2,
+        sampling={"max_tokens": 24},
+        format_retries=0,
+    )
+    started = time.perf_counter()
+    result = evaluate(config, output_dir=tmp_path)
+    wall = time.perf_counter() - started
+    records = read_results(result.run_dir)
+    # one model, one call at a time: its working time fits in the run, whatever the concurrency
+    assert sum(r.model_time_s for r in records) <= wall
+    assert sum(r.queue_time_s for r in records) > 0
+    for r in records:  # an unusable last reply ends the episode before its step is recorded
+        if r.outcome != "scored":
+            continue
+        assert r.model_time_s == pytest.approx(sum(s.model_latency_s for s in r.steps), abs=1e-6)
+        assert r.queue_time_s == pytest.approx(sum(s.queue_time_s for s in r.steps), abs=1e-6)
+    summary = result.summary
+    tokens = sum(r.usage.completion_tokens for r in records)
+    assert summary.tokens_per_s == pytest.approx(tokens / summary.model_time_s)
+    shown = CliRunner().invoke(app, ["results", "show", str(result.run_dir)])
+    assert shown.exit_code == 0 and "completion tokens/s of model time" in shown.output
+
+
 def test_the_tool_path_runs_llama_cpp_tool_handler_where_asked() -> None:
     import asyncio
 

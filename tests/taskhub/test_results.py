@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from taskhub import (
     mean_ci,
     pass_at_k,
     read_results,
+    read_results_table,
     summarize,
     wilson_interval,
     write_results,
@@ -196,3 +198,39 @@ def test_records_leave_out_the_measured_columns_of_their_task(tmp_path: Path) ->
     assert back.task.task_id == "a" and back.task.profile is None
     # what the hash covers is the same with or without the measurements
     assert profiled.task.content_hash() == Task(task_id="a", reset={"seed": 1}).content_hash()
+
+
+def test_tokens_per_second_count_model_time_not_queue_wait(tmp_path: Path) -> None:
+    from taskhub import Usage
+
+    records = [
+        record("a", 0, 1.0).model_copy(
+            update={
+                "usage": Usage(prompt_tokens=10, completion_tokens=30, calls=1),
+                "model_time_s": 2.0,
+                "queue_time_s": 5.0,
+            }
+        ),
+        record("b", 0, 1.0).model_copy(
+            update={"usage": Usage(completion_tokens=10, calls=1), "model_time_s": 2.0}
+        ),
+    ]
+    summary = summarize(records)
+    assert summary.tokens_per_s == pytest.approx(10.0)  # 40 tokens in 4 s of model time
+    assert summary.model_time_s == 4.0 and summary.queue_time_s == 5.0
+    assert summarize([record("c", 0, 1.0)]).tokens_per_s is None  # a scripted policy
+    write_results(tmp_path / "episodes.jsonl", records)
+    table = read_results_table(tmp_path)
+    assert table["queue_time_s"].to_pylist() == [5.0, 0.0]
+    assert read_results_table(tmp_path, validate=True)["queue_time_s"].to_pylist() == [5.0, 0.0]
+
+
+def test_records_written_before_queue_time_was_recorded_still_load(tmp_path: Path) -> None:
+    line = record("a", 0, 1.0).model_dump(mode="json")
+    del line["queue_time_s"]
+    for step in line["steps"]:
+        del step["queue_time_s"]
+    (tmp_path / "episodes.jsonl").write_text(json.dumps(line) + "\n")
+    (old,) = read_results(tmp_path)
+    assert old.queue_time_s == 0.0 and old.steps[0].queue_time_s == 0.0
+    assert read_results_table(tmp_path)["queue_time_s"].to_pylist() == [0.0]

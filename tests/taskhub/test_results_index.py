@@ -163,3 +163,22 @@ def test_tables_come_in_bounded_batches_in_file_order(results: Path, source: str
 def test_summaries_of_records_and_of_tables_agree(results: Path) -> None:
     table = read_results_table(results, columns=RESULT_COLUMNS[:-1])
     assert summarize(table, n_planned=7) == summarize(read_results(results), n_planned=7)
+
+
+def test_an_index_with_other_columns_is_rebuilt_before_rows_are_added(results: Path) -> None:
+    import csv
+    import io
+
+    index = results.with_name("episodes.index.csv")
+    header = index.read_text().splitlines()[0]
+    # the index as a version without the queue_time_s column wrote it
+    table = list(csv.reader(io.StringIO(index.read_text())))
+    at = table[0].index("queue_time_s")
+    old = io.StringIO()
+    csv.writer(old, lineterminator="\n").writerows([r[:at] + r[at + 1 :] for r in table])
+    index.write_text(old.getvalue())
+    with ResultsWriter(results) as writer:  # --resume of that run
+        writer.write(episode("r", "t-9", reward=1.0).model_copy(update={"queue_time_s": 1.5}))
+    assert index.read_text().splitlines()[0] == header
+    assert read_results_table(results).to_pylist() == full_parse(results)
+    assert read_results_table(results, columns=["queue_time_s"])["queue_time_s"][-1].as_py() == 1.5

@@ -1,0 +1,150 @@
+"""Overlap: with a model that takes 50 ms a reply, 8 sessions should run 64 episodes ~8x faster.
+
+A loopback OpenAI-compatible model server (its own process) answers every chat completion after
+``--delay-ms``; taskhub's ``openai/`` backend talks to it over HTTP as to any remote model.
+The reference env server is launched once. The same 64 arith episodes (one model call each)
+run at 1 and at 8 concurrent sessions, interleaved, and the bench prints the median wall time
+of each, the speed-up (target >= 7x), and where the time went: the run's fixed cost (taskset,
+env probing, manifest; measured by a 1-episode run) and the per-episode time beyond the model's.
+
+    python bench/overlap.py [--episodes 64] [--delay-ms 50] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from taskhub import EvalConfig, evaluate_async
+from taskhub.env import builtin_envs, launch_server, wait_healthy
+
+TARGET = 7.0
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def serve_model(port: int, delay_s: float) -> None:
+    """Run the loopback model: every completion is ``\\boxed{0}``, sent after ``delay_s``."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def complete(request: Request) -> Response:
+        body = await request.json()
+        await asyncio.sleep(delay_s)
+        return JSONResponse(
+            {
+                "id": "bench",
+                "object": "chat.completion",
+                "model": body.get("model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "\\boxed{0}"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 40, "completion_tokens": 4, "total_tokens": 44},
+            }
+        )
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", complete, methods=["POST"]),
+            Route("/health", health),
+        ]
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+async def run(env_url: str, model_url: str, episodes: int, concurrency: int, out: Path) -> float:
+    config = EvalConfig(
+        model="openai/loopback",
+        base_url=model_url,
+        api_key="unused",
+        taskset="arith",
+        env=env_url,
+        split="train",
+        limit=episodes,
+        concurrency=concurrency,
+        max_sessions_per_env=concurrency,
+    )
+    started = time.perf_counter()
+    result = await evaluate_async(config, output_dir=out)
+    elapsed = time.perf_counter() - started
+    assert result.summary.n_episodes == episodes, result.summary
+    assert result.summary.outcomes["infra_error"] == 0, result.summary.outcomes
+    return elapsed
+
+
+async def bench(episodes: int, delay_s: float, repeats: int) -> None:
+    env = launch_server(builtin_envs()["arith"], max_sessions=16)
+    port = free_port()
+    model = subprocess.Popen(
+        [sys.executable, __file__, "--serve-model", str(port), "--delay-ms", str(delay_s * 1e3)]
+    )
+    model_url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as http:
+            await wait_healthy(http, env.url, server=env)
+            await wait_healthy(http, model_url)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            times: dict[str, list[float]] = {"1": [], "8": [], "fixed": []}
+            await run(env.url, model_url + "/v1", 8, 8, out)  # warm up
+            for _ in range(repeats):  # interleaved, so drift hits both alike
+                times["1"].append(await run(env.url, model_url + "/v1", episodes, 1, out))
+                times["8"].append(await run(env.url, model_url + "/v1", episodes, 8, out))
+                times["fixed"].append(await run(env.url, model_url + "/v1", 1, 1, out))
+    finally:
+        model.terminate()
+        model.wait(10)
+        env.stop()
+    one, eight, fixed = (statistics.median(times[k]) for k in ("1", "8", "fixed"))
+    fixed_run = fixed - delay_s  # a 1-episode run minus its one model call
+    print(f"{episodes} episodes, model reply {delay_s * 1e3:.0f} ms, median of {repeats}")
+    print(f"{'sessions':>8} {'wall s':>8} {'ideal s':>8} {'beyond model/ep ms':>19}")
+    for n, wall in ((1, one), (8, eight)):
+        ideal = episodes / n * delay_s
+        beyond = (wall - fixed_run - ideal) / (episodes / n) * 1e3
+        print(f"{n:>8} {wall:>8.2f} {ideal:>8.2f} {beyond:>19.1f}")
+    print(f"fixed cost of a run (taskset, env probe, manifest): {fixed_run * 1e3:.0f} ms")
+    speedup = one / eight
+    print(f"speed-up 8 vs 1 sessions: {speedup:.2f}x (target >= {TARGET}x): ", end="")
+    print("PASS" if speedup >= TARGET else "FAIL")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--delay-ms", type=float, default=50.0)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--serve-model", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_model:
+        serve_model(args.serve_model, args.delay_ms / 1e3)
+        return
+    asyncio.run(bench(args.episodes, args.delay_ms / 1e3, args.repeats))
+
+
+if __name__ == "__main__":
+    main()
