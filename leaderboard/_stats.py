@@ -34,6 +34,8 @@ STAT_COLUMNS = (
     "model_calls",
     "duration_s",
     "env_time_s",
+    "model_time_s",
+    "queue_time_s",
     "reward_components",
 )
 
@@ -129,6 +131,8 @@ def summarize_table(table: pa.Table, *, n_planned: int | None = None) -> Stats:
     not_infra = outcome != "infra_error"
     steps = table["num_steps"].to_numpy()
     env_time = table["env_time_s"].to_numpy()
+    model_time = math.fsum(table["model_time_s"].to_numpy().tolist())
+    completion = int(pc.sum(table["completion_tokens"]).as_py() or 0)
     summary = RunSummary(
         n_episodes=n,
         n_planned=n_planned,
@@ -152,6 +156,9 @@ def summarize_table(table: pa.Table, *, n_planned: int | None = None) -> Stats:
             "calls": int(pc.sum(table["model_calls"]).as_py() or 0),
         },
         mean_duration_s=math.fsum(table["duration_s"].to_numpy().tolist()) / n if n else None,
+        model_time_s=model_time,
+        queue_time_s=math.fsum(table["queue_time_s"].to_numpy().tolist()),
+        tokens_per_s=completion / model_time if completion and model_time > 0 else None,
     )
     return Stats(
         summary=summary,
