@@ -19,7 +19,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from taskhub import OUTCOMES, RunSummary, mean_ci, pass_at_k, success_interval
+from taskhub import (
+    OUTCOMES,
+    Comparability,
+    RunSummary,
+    bounded_mean_ci,
+    component_summaries,
+    mean_ci,
+    pass_at_k,
+    success_interval,
+)
 
 #: Columns of ``read_results_table`` the statistics read.
 STAT_COLUMNS = (
@@ -48,20 +57,27 @@ class Stats:
     """One row per task, sorted by id: ``task_id``, ``n``, ``scored``, ``rewarded``,
     ``mean_reward``, ``judged``, ``successes``, ``pass_rate``."""
     components: list[dict[str, Any]]
-    """Per reward component: ``name``, ``n`` (computed values), ``mean``, ``errors``."""
+    """Per reward component: ``name``, ``weight``, ``gate``, ``range``, ``n`` (computed values),
+    ``errors``, ``mean``, ``stderr``, ``ci95`` (as in ``RunSummary.components``)."""
     env_requests: int
     """Requests to the env (a reset and every step) of episodes that were not infra errors."""
     env_time_s: float
     """Seconds those requests took."""
 
 
-def summarize_table(table: pa.Table, *, n_planned: int | None = None) -> Stats:
+def summarize_table(
+    table: pa.Table,
+    *,
+    n_planned: int | None = None,
+    comparability: Comparability | None = None,
+) -> Stats:
     """Compute the statistics of the episodes in ``table``.
 
     Args:
         table: Rows of ``taskhub.read_results_table`` (at least ``STAT_COLUMNS``), from one run or
             several runs pooled (their samples of a task add up for pass@k).
         n_planned: Episodes planned, reported as is.
+        comparability: The runs' configuration: its reward ranges bound the intervals.
 
     Returns:
         The statistics.
@@ -73,7 +89,14 @@ def summarize_table(table: pa.Table, *, n_planned: int | None = None) -> Stats:
     has_reward = _valid(table["reward"])
     reward = pc.fill_null(table["reward"], 0.0).to_numpy()
     rewarded = reward[has_reward].tolist()
-    mean, stderr, low, high = mean_ci(rewarded, task_ids[has_reward].tolist())
+    total_range = comparability.reward_range if comparability else None
+    ranges = {r.spec: r.range for r in comparability.rewards} if comparability else {}
+    if total_range is not None:
+        mean, stderr, low, high = bounded_mean_ci(
+            rewarded, task_ids[has_reward].tolist(), *total_range
+        )
+    else:
+        mean, stderr, low, high = mean_ci(rewarded, task_ids[has_reward].tolist())
     judged = _valid(table["success"])
     success = pc.fill_null(table["success"], False).to_numpy(zero_copy_only=False)
     successes = int(success.sum())
@@ -152,11 +175,14 @@ def summarize_table(table: pa.Table, *, n_planned: int | None = None) -> Stats:
             "calls": int(pc.sum(table["model_calls"]).as_py() or 0),
         },
         mean_duration_s=math.fsum(table["duration_s"].to_numpy().tolist()) / n if n else None,
+        reward_range=total_range,
+        interval="t" if total_range is None else "bounded",
+        components=_components(table, task_ids, ranges),
     )
     return Stats(
         summary=summary,
         per_task=per_task,
-        components=_components(table),
+        components=[c.model_dump(mode="json") for c in summary.components],
         env_requests=int((steps[not_infra] + 1).sum()),
         env_time_s=math.fsum(env_time[not_infra].tolist()),
     )
@@ -167,30 +193,27 @@ def _valid(column: pa.ChunkedArray | pa.Array) -> np.ndarray[Any, np.dtype[np.bo
     return result
 
 
-def _components(table: pa.Table) -> list[dict[str, Any]]:
-    values = pc.list_flatten(table["reward_components"])
+def _components(
+    table: pa.Table,
+    task_ids: np.ndarray[Any, Any],
+    ranges: dict[str, tuple[float, float] | None],
+) -> list[Any]:
+    column = table["reward_components"]
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    values = pc.list_flatten(column)
     if len(values) == 0:
         return []
-    flat = pa.table(
-        {
-            "name": pc.struct_field(values, "name"),
-            "value": pc.struct_field(values, "value"),
-            "error": pc.struct_field(values, "error"),
-        }
+    rows = pc.list_parent_indices(column).to_numpy()
+    return component_summaries(
+        pc.struct_field(values, "name").to_pylist(),
+        pc.struct_field(values, "value").to_pylist(),
+        pc.struct_field(values, "error").is_valid().to_pylist(),
+        task_ids[rows].tolist(),
+        pc.struct_field(values, "weight").to_pylist(),
+        pc.struct_field(values, "gate").to_pylist(),
+        ranges=ranges,
     )
-    rows = []
-    for name in sorted(set(flat["name"].to_pylist())):
-        part = flat.filter(pc.equal(flat["name"], name))
-        computed = part["value"].drop_null().to_numpy().tolist()
-        rows.append(
-            {
-                "name": name,
-                "n": len(computed),
-                "mean": math.fsum(computed) / len(computed) if computed else None,
-                "errors": part.num_rows - part["error"].null_count,
-            }
-        )
-    return rows
 
 
 def rank_with_ties(intervals: list[tuple[float | None, float | None, float | None]]) -> list[int]:

@@ -8,6 +8,7 @@ directory with full provenance.
 from __future__ import annotations
 
 from taskhub._agent import parse_action
+from taskhub._comparability import comparability, describe_differences, total_range
 from taskhub._errors import (
     AgentFormatError,
     ConfigError,
@@ -34,9 +35,11 @@ from taskhub._errors import (
 from taskhub._registry import create, model_backend, registry, reward, validator
 from taskhub._rescore import rescore, rescore_async, rescore_record, rescore_records
 from taskhub._results import (
+    ComponentSummary,
     Run,
     RunSummary,
     TaskSummary,
+    component_summaries,
     iter_results,
     read_manifest,
     read_results,
@@ -72,6 +75,7 @@ from taskhub._schema import (
     CheckLevel,
     CheckResult,
     CheckStatus,
+    Comparability,
     EnvInfo,
     EpisodeRecord,
     ErrorInfo,
@@ -80,6 +84,7 @@ from taskhub._schema import (
     Outcome,
     PluginSpec,
     RewardComponent,
+    RewardInfo,
     RunManifest,
     SamplingParams,
     Severity,
@@ -92,7 +97,15 @@ from taskhub._schema import (
     Verdict,
     canonical_json,
 )
-from taskhub._stats import mean_ci, pass_at_k, success_interval, wilson_interval
+from taskhub._stats import (
+    bounded_mean_ci,
+    mcnemar_exact,
+    mean_ci,
+    paired_difference,
+    pass_at_k,
+    success_interval,
+    wilson_interval,
+)
 from taskhub._taskset import Taskset, builtin_tasksets, load_taskset, read_card
 from taskhub._version import __version__
 from taskhub.hub import (
@@ -117,6 +130,8 @@ __all__ = [
     "CheckLevel",
     "CheckResult",
     "CheckStatus",
+    "Comparability",
+    "ComponentSummary",
     "ConfigError",
     "EnvCapacityError",
     "EnvClosedError",
@@ -147,6 +162,7 @@ __all__ = [
     "RewardComponent",
     "RewardError",
     "RewardFn",
+    "RewardInfo",
     "RewardSet",
     "RewardSpec",
     "Run",
@@ -173,18 +189,24 @@ __all__ = [
     "ValidationReport",
     "Verdict",
     "__version__",
+    "bounded_mean_ci",
     "build_reward",
     "builtin_tasksets",
     "canonical_json",
+    "comparability",
+    "component_summaries",
     "create",
+    "describe_differences",
     "describe_taskset",
     "evaluate",
     "evaluate_async",
     "init_taskset",
     "iter_results",
     "load_taskset",
+    "mcnemar_exact",
     "mean_ci",
     "model_backend",
+    "paired_difference",
     "parse_action",
     "pass_at_k",
     "profile_taskset",
@@ -209,6 +231,7 @@ __all__ = [
     "select_tasks",
     "success_interval",
     "summarize",
+    "total_range",
     "total_reward",
     "validator",
     "wilson_interval",

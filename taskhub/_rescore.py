@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from taskhub._comparability import build_comparability, reward_infos
 from taskhub._errors import ConfigError, ResultsError
 from taskhub._results import (
     EPISODES,
@@ -241,7 +242,7 @@ async def rescore_async(
         config = parent.config.model_copy(
             update={"rewards": [s.strip() for s in rewards], "success_threshold": success_threshold}
         )
-        return parent.model_copy(
+        derived = parent.model_copy(
             update={
                 "run_id": run_id,
                 "taskhub_version": __version__,
@@ -260,8 +261,12 @@ async def rescore_async(
                 "argv": argv,
                 "sessions": [started],
                 "parent_run": parent.run_id,
+                "success_threshold": success_threshold,
             }
         )
+        infos, total = reward_infos([bound])
+        derived.comparability = build_comparability(derived, infos, total)
+        return derived
 
     write_manifest(target, manifest("running"))
     if progress:
@@ -290,7 +295,8 @@ async def rescore_async(
             progress.complete()
         write_manifest(target, manifest(status))
     final = read_manifest(target)
-    return RunResult(target, final, summarize(rescored, n_planned=len(records)))
+    summary = summarize(rescored, n_planned=len(records), comparability=final.comparability)
+    return RunResult(target, final, summary)
 
 
 def rescore(source: Path | str, rewards: Sequence[str], **kwargs: Any) -> RunResult:

@@ -19,8 +19,8 @@ from typing import IO, TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from taskhub._errors import ResultsError
-from taskhub._schema import OUTCOMES, EpisodeRecord, RunManifest
-from taskhub._stats import mean_ci, pass_at_k, success_interval
+from taskhub._schema import OUTCOMES, Comparability, EpisodeRecord, RunManifest, Task
+from taskhub._stats import interval, pass_at_k, success_interval
 
 if TYPE_CHECKING:
     import pyarrow
@@ -167,6 +167,78 @@ class TaskSummary(BaseModel):
     pass_rate: float | None
 
 
+class ComponentSummary(BaseModel):
+    """One reward component of a run: its mean and interval beside the total's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    weight: float = 1.0
+    gate: bool = False
+    range: tuple[float, float] | None = None
+    n: int
+    errors: int = 0
+    mean: float | None = None
+    stderr: float | None = None
+    ci95: tuple[float, float] | None = None
+
+
+def component_summaries(
+    names: Sequence[str],
+    values: Sequence[float | None],
+    errored: Sequence[bool],
+    tasks: Sequence[str],
+    weights: Sequence[float],
+    gates: Sequence[bool],
+    ranges: dict[str, tuple[float, float] | None] | None = None,
+) -> list[ComponentSummary]:
+    """Summarize reward components given as flat columns (one entry per component value).
+
+    Args:
+        names: Each value's component (its spec).
+        values: The value, None when it was not computed or did not apply.
+        errored: Whether the component failed on that episode.
+        tasks: The task of the episode it belongs to (intervals are clustered by task).
+        weights: The component's weight.
+        gates: Whether the component is a gate.
+        ranges: Declared range of each component, by spec (bounded intervals where known).
+
+    Returns:
+        One summary per component, sorted by name.
+    """
+    by_name: dict[str, tuple[list[float], list[str], list[int]]] = {}
+    meta: dict[str, tuple[float, bool]] = {}
+    for name, value, error, task, weight, gate in zip(
+        names, values, errored, tasks, weights, gates, strict=True
+    ):
+        computed, clusters, counts = by_name.setdefault(name, ([], [], [0]))
+        meta.setdefault(name, (weight, gate))
+        if error:
+            counts[0] += 1
+        elif value is not None:
+            computed.append(value)
+            clusters.append(task)
+    out = []
+    for name in sorted(by_name):
+        computed, clusters, counts = by_name[name]
+        bounds = (ranges or {}).get(name)
+        mean, stderr, low, high = interval(computed, clusters, bounds)
+        out.append(
+            ComponentSummary(
+                name=name,
+                weight=meta[name][0],
+                gate=meta[name][1],
+                range=bounds,
+                n=len(computed),
+                errors=counts[0],
+                mean=mean,
+                stderr=stderr,
+                ci95=(low, high) if low is not None and high is not None else None,
+            )
+        )
+    return out
+
+
 class RunSummary(BaseModel):
     """What a run measured, with the denominators that make the numbers honest.
 
@@ -176,7 +248,10 @@ class RunSummary(BaseModel):
 
     ``stderr``, ``ci95`` and ``success_ci95`` treat tasks, not episodes, as the independent
     draws once a task has several samples (cluster-robust, see ``mean_ci``); with one sample per
-    task they are the usual i.i.d. interval and the Wilson interval of the success rate.
+    task they are the usual i.i.d. interval and the Wilson interval of the success rate. When
+    the total reward has a known range (``reward_range``: its components declare theirs),
+    ``ci95`` is the bounded interval of ``taskhub._stats.bounded_mean_ci``, which stays inside
+    it (``interval`` says which method gave ``ci95``: ``t`` or ``bounded``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -198,13 +273,36 @@ class RunSummary(BaseModel):
     tokens: dict[str, int] = Field(default_factory=dict)
     mean_duration_s: float | None = None
     per_task: list[TaskSummary] = Field(default_factory=list)
+    reward_range: tuple[float, float] | None = None
+    interval: str = "t"
+    components: list[ComponentSummary] = Field(default_factory=list)
 
 
-def summarize(records: Sequence[EpisodeRecord], *, n_planned: int | None = None) -> RunSummary:
+def ranges_of(
+    comparability: Comparability | None,
+) -> tuple[tuple[float, float] | None, dict[str, tuple[float, float] | None]]:
+    """The total's range and each component's declared range, from a run's comparability."""
+    if comparability is None:
+        return None, {}
+    return comparability.reward_range, {r.spec: r.range for r in comparability.rewards}
+
+
+def summarize(
+    records: Sequence[EpisodeRecord],
+    *,
+    n_planned: int | None = None,
+    comparability: Comparability | None = None,
+) -> RunSummary:
     """Compute the summary statistics of a run's records.
 
     pass@k is reported for k = 1 and every power of two up to the smallest number of rewarded
     samples any task has (so each task contributes to every k reported).
+
+    Args:
+        records: The run's records (or any records to pool).
+        n_planned: Episodes planned, reported as is.
+        comparability: The run's configuration (``taskhub.comparability``): its reward ranges
+            keep the intervals inside them.
     """
     outcomes: dict[str, int] = {o: 0 for o in OUTCOMES}
     by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
@@ -213,8 +311,11 @@ def summarize(records: Sequence[EpisodeRecord], *, n_planned: int | None = None)
         by_task[record.task_id].append(record)
     n = len(records)
     rewarded = [r for r in records if r.reward is not None]
-    mean, stderr, low, high = mean_ci(
-        [r.reward for r in rewarded if r.reward is not None], [r.task_id for r in rewarded]
+    total_range, component_ranges = ranges_of(comparability)
+    mean, stderr, low, high = interval(
+        [r.reward for r in rewarded if r.reward is not None],
+        [r.task_id for r in rewarded],
+        total_range,
     )
     judged = [r for r in records if r.success is not None]
     successes = sum(1 for r in judged if r.success)
@@ -271,6 +372,145 @@ def summarize(records: Sequence[EpisodeRecord], *, n_planned: int | None = None)
         },
         mean_duration_s=math.fsum(r.duration_s for r in records) / n if n else None,
         per_task=per_task,
+        reward_range=total_range,
+        interval="t" if total_range is None else "bounded",
+        components=component_summaries(*_component_columns(records), ranges=component_ranges),
+    )
+
+
+def _component_columns(
+    records: Sequence[EpisodeRecord],
+) -> tuple[list[str], list[float | None], list[bool], list[str], list[float], list[bool]]:
+    names: list[str] = []
+    values: list[float | None] = []
+    errored: list[bool] = []
+    tasks: list[str] = []
+    weights: list[float] = []
+    gates: list[bool] = []
+    for record in records:
+        for c in record.reward_components:
+            names.append(c.name)
+            values.append(c.value)
+            errored.append(c.error is not None)
+            tasks.append(record.task_id)
+            weights.append(c.weight)
+            gates.append(c.gate)
+    return names, values, errored, tasks, weights, gates
+
+
+class GroupSummary(BaseModel):
+    """The numbers of the episodes whose task has one value of a field (``--by``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: str
+    n_tasks: int
+    n_episodes: int
+    n_rewarded: int
+    mean_reward: float | None
+    stderr: float | None
+    ci95: tuple[float, float] | None
+    success_rate: float | None
+    success_ci95: tuple[float, float] | None
+
+
+#: The group of tasks that lack the field.
+MISSING_GROUP = "(none)"
+
+
+def task_field(task: Task, path: str) -> str:
+    """The value of a task's field as a group label: ``metadata.family``, ``difficulty``...
+
+    A dotted path into the task row; a path whose first part is not a task field is looked up
+    under ``metadata``, then under ``reset`` (so ``family`` finds ``metadata.family`` or
+    ``reset.family``). Values that are not text are given as JSON; a missing one is
+    ``(none)``.
+    """
+    row = task.model_dump(mode="json")
+    parts = path.split(".")
+    candidates = [parts] if parts[0] in row else [["metadata", *parts], ["reset", *parts]]
+    for candidate in candidates:
+        value: object = row
+        for part in candidate:
+            value = value.get(part) if isinstance(value, dict) else None
+            if value is None:
+                break
+        if value is not None:
+            return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return MISSING_GROUP
+
+
+def group_summaries(
+    keys: Sequence[str],
+    tasks: Sequence[str],
+    rewards: Sequence[float | None],
+    successes: Sequence[bool | None],
+    *,
+    reward_range: tuple[float, float] | None = None,
+) -> list[GroupSummary]:
+    """Summarize episodes by group, given as columns (one entry per episode).
+
+    Each group gets the mean reward with its interval (clustered by task, bounded when the
+    range is known) and the success rate with its interval, as the run summary computes them.
+
+    Args:
+        keys: Each episode's group.
+        tasks: Each episode's task id.
+        rewards: Each episode's total reward (None: not rewarded).
+        successes: Each episode's success (None: not judged).
+        reward_range: The total reward's range.
+
+    Returns:
+        One summary per group, sorted by group label (``(none)`` last).
+    """
+    groups: dict[str, tuple[set[str], list[float], list[str], list[float], list[str], list[int]]]
+    groups = {}
+    for key, task, reward_value, success in zip(keys, tasks, rewards, successes, strict=True):
+        ids, values, value_tasks, judged, judged_tasks, count = groups.setdefault(
+            key, (set(), [], [], [], [], [0])
+        )
+        ids.add(task)
+        count[0] += 1
+        if reward_value is not None:
+            values.append(reward_value)
+            value_tasks.append(task)
+        if success is not None:
+            judged.append(1.0 if success else 0.0)
+            judged_tasks.append(task)
+    out = []
+    for key in sorted(groups, key=lambda k: (k == MISSING_GROUP, k)):
+        ids, values, value_tasks, judged, judged_tasks, count = groups[key]
+        mean, stderr, low, high = interval(values, value_tasks, reward_range)
+        s_low, s_high = success_interval(judged, judged_tasks)
+        out.append(
+            GroupSummary(
+                value=key,
+                n_tasks=len(ids),
+                n_episodes=count[0],
+                n_rewarded=len(values),
+                mean_reward=mean,
+                stderr=stderr,
+                ci95=(low, high) if low is not None and high is not None else None,
+                success_rate=math.fsum(judged) / len(judged) if judged else None,
+                success_ci95=(s_low, s_high) if s_low is not None and s_high is not None else None,
+            )
+        )
+    return out
+
+
+def summarize_groups(
+    records: Sequence[EpisodeRecord],
+    field: str,
+    *,
+    comparability: Comparability | None = None,
+) -> list[GroupSummary]:
+    """``group_summaries`` of a run's records by a task field (see ``task_field``)."""
+    return group_summaries(
+        [task_field(r.task, field) for r in records],
+        [r.task_id for r in records],
+        [r.reward for r in records],
+        [r.success for r in records],
+        reward_range=comparability.reward_range if comparability else None,
     )
 
 

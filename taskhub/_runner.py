@@ -31,6 +31,7 @@ import httpx
 from pydantic import SecretStr
 
 from taskhub._agent import EpisodeTrace, run_episode
+from taskhub._comparability import build_comparability, reward_infos
 from taskhub._errors import (
     AgentFormatError,
     ConfigError,
@@ -363,12 +364,15 @@ class _Runner:
             if self.env_info is not None:
                 write_manifest(plan.run_dir, self._manifest(provider, name, status))
         manifest = read_manifest(plan.run_dir)
-        return RunResult(plan.run_dir, manifest, summarize(self.rows, n_planned=plan.n_planned))
+        summary = summarize(
+            self.rows, n_planned=plan.n_planned, comparability=manifest.comparability
+        )
+        return RunResult(plan.run_dir, manifest, summary)
 
     def _manifest(self, provider: str, name: str, status: RunStatus) -> RunManifest:
         plan, config = self.plan, self.config
         now = _now()
-        return RunManifest(
+        manifest = RunManifest(
             run_id=plan.run_id,
             taskhub_version=__version__,
             status=status,
@@ -399,6 +403,11 @@ class _Runner:
             sessions=self.sessions,
             success_threshold=plan.success_threshold,
         )
+        # Distinct spec lists only: a taskset of 100k rows names a handful.
+        lists = {tuple(b.spec.text for b in specs): specs for specs in plan.task_rewards.values()}
+        rewards, total = reward_infos(list(lists.values()))
+        manifest.comparability = build_comparability(manifest, rewards, total)
+        return manifest
 
     async def _fan_out(self) -> None:
         items = self.plan.items()

@@ -17,7 +17,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from taskhub._results import RunSummary
+from taskhub._comparability import comparability
+from taskhub._results import GroupSummary, RunSummary
 from taskhub._schema import EpisodeRecord, RunManifest
 
 
@@ -96,13 +97,20 @@ def summary_table(summary: RunSummary, manifest: RunManifest, run_dir: Path) -> 
                 f"{len(manifest.env.urls)} server(s))"
             ),
         )
+    config = comparability(manifest)
+    table.add_row("rewards", escape(f"{config.reward_label}  range {config.range_label}"))
+    table.add_row("config", f"{config.fingerprint} (runs pool only with the same)")
     table.add_row("status", manifest.status)
     planned = f" of {summary.n_planned}" if summary.n_planned else ""
     table.add_row("episodes", f"{summary.n_episodes}{planned} ({summary.n_tasks} tasks)")
     if summary.mean_reward is not None:
         ci = f"  95% CI [{_num(summary.ci95[0])}, {_num(summary.ci95[1])}]" if summary.ci95 else ""
         se = f" ± {_num(summary.stderr)} (s.e.)" if summary.stderr is not None else ""
-        table.add_row("mean reward", f"{_num(summary.mean_reward)}{se}{ci}  n={summary.n_rewarded}")
+        method = " (bounded)" if summary.interval == "bounded" else ""
+        table.add_row(
+            "mean reward",
+            f"{_num(summary.mean_reward)}{se}{ci}{method}  n={summary.n_rewarded}",
+        )
     if summary.success_rate is not None:
         sci = (
             f"  95% CI [{_num(summary.success_ci95[0])}, {_num(summary.success_ci95[1])}]"
@@ -127,6 +135,47 @@ def summary_table(summary: RunSummary, manifest: RunManifest, run_dir: Path) -> 
             f"in {summary.tokens['calls']} calls",
         )
     table.add_row("run dir", escape(str(run_dir)))
+    return table
+
+
+def component_table(summary: RunSummary) -> Table:
+    """Each reward component's mean and interval, beside the total's."""
+    table = Table(title="reward components", title_justify="left")
+    for column in ("component", "weight", "range", "n", "mean", "95% CI", "errors"):
+        table.add_column(column, justify="left" if column in ("component", "range") else "right")
+    for c in summary.components:
+        ci = f"[{_num(c.ci95[0])}, {_num(c.ci95[1])}]" if c.ci95 else "-"
+        bounds = f"[{c.range[0]:g}, {c.range[1]:g}]" if c.range else "-"
+        table.add_row(
+            escape(c.name),
+            "gate" if c.gate else f"{c.weight:g}",
+            bounds,
+            str(c.n),
+            _num(c.mean),
+            ci,
+            str(c.errors),
+        )
+    return table
+
+
+def _with_ci(value: float | None, ci: tuple[float, float] | None) -> str:
+    return f"{_num(value)} [{_num(ci[0])}, {_num(ci[1])}]" if ci else _num(value)
+
+
+def group_table(field: str, groups: list[GroupSummary]) -> Table:
+    """A breakdown by a task field: each group's mean reward and success rate, with intervals."""
+    table = Table(title=escape(f"by {field}"), title_justify="left")
+    columns = (field, "tasks", "episodes", "mean reward [95% CI]", "success [95% CI]")
+    for column in columns:
+        table.add_column(escape(column), justify="left" if column == field else "right")
+    for g in groups:
+        table.add_row(
+            escape(g.value),
+            str(g.n_tasks),
+            str(g.n_episodes),
+            _with_ci(g.mean_reward, g.ci95),
+            _with_ci(g.success_rate, g.success_ci95),
+        )
     return table
 
 

@@ -10,9 +10,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from taskhub._cli._render import summary_table, task_table
+from taskhub._cli._render import component_table, group_table, summary_table, task_table
+from taskhub._comparability import comparability
 from taskhub._errors import TaskhubError
-from taskhub._results import read_run, summarize
+from taskhub._results import read_run, summarize, summarize_groups
 
 app = typer.Typer(help="Read run directories and publish them.", no_args_is_help=True)
 
@@ -24,15 +25,31 @@ def show(
     tasks: Annotated[
         int, typer.Option(help="Rows of the per-task table to print (0: none).", min=0)
     ] = 20,
+    by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--by",
+            help="Break the numbers down by a task field, with per-group intervals: "
+            "metadata.family, reset.difficulty, or a bare key looked up under metadata then "
+            "reset (repeatable).",
+        ),
+    ] = None,
 ) -> None:
-    """Print a run's summary: mean reward with its 95% CI, success rate, pass@k, outcomes."""
+    """Print a run's summary: mean reward and 95% CI, components, success rate, pass@k, outcomes.
+
+    --by FIELD adds a breakdown by a task field, with per-group intervals.
+    """
     from taskhub._cli import fail
 
     try:
         run = read_run(run_dir)
     except TaskhubError as exc:
         raise fail(exc) from None
-    summary = summarize(run.records, n_planned=run.manifest.n_planned)
+    config = comparability(run.manifest)
+    summary = summarize(run.records, n_planned=run.manifest.n_planned, comparability=config)
+    groups = {
+        field: summarize_groups(run.records, field, comparability=config) for field in by or []
+    }
     if as_json:
         typer.echo(
             json.dumps(
@@ -42,7 +59,15 @@ def show(
                     "status": run.manifest.status,
                     "model": run.manifest.model.spec,
                     "taskset": run.manifest.taskset.model_dump(mode="json"),
+                    "comparability": {
+                        "fingerprint": config.fingerprint,
+                        **config.model_dump(mode="json"),
+                    },
                     "summary": summary.model_dump(mode="json"),
+                    "groups": {
+                        field: [g.model_dump(mode="json") for g in rows]
+                        for field, rows in groups.items()
+                    },
                 },
                 indent=2,
             )
@@ -50,6 +75,10 @@ def show(
         return
     console = Console()
     console.print(summary_table(summary, run.manifest, run.path))
+    if summary.components:
+        console.print(component_table(summary))
+    for field, rows in groups.items():
+        console.print(group_table(field, rows))
     if tasks:
         console.print(task_table(summary, tasks))
 

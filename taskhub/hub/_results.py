@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from taskhub._comparability import comparability
 from taskhub._errors import ResultsError, TasksetNotFound
 from taskhub._results import EPISODES, MANIFEST, read_run, summarize, write_manifest, write_results
 from taskhub._schema import EpisodeRecord, RunManifest
@@ -196,7 +197,9 @@ def push_results(
         )
     run_json = (manifest.model_dump_json(indent=2) + "\n").encode()
     episodes = _episodes_parquet(manifest, records)
-    summary = summarize(records, n_planned=manifest.n_planned).model_dump(mode="json")
+    summary = summarize(
+        records, n_planned=manifest.n_planned, comparability=comparability(manifest)
+    ).model_dump(mode="json")
     api = HfApi(token=resolved)
     what = f"results push to {repo_id}"
     whoami(api, what, ResultsError)
