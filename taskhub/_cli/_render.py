@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -20,6 +21,9 @@ from rich.table import Table
 from taskhub._comparability import comparability
 from taskhub._results import GroupSummary, RunSummary
 from taskhub._schema import EpisodeRecord, RunManifest
+
+if TYPE_CHECKING:
+    from taskhub._compare import RunComparison
 
 
 class BarProgress:
@@ -193,5 +197,65 @@ def task_table(summary: RunSummary, limit: int | None = None) -> Table:
             _num(task.mean_reward),
             str(task.successes),
             _num(task.pass_rate),
+        )
+    return table
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.3f}"
+
+
+def comparison_table(comparison: RunComparison) -> Table:
+    """The headline of a paired comparison of two runs."""
+    c = comparison
+    table = Table(title=escape(f"{c.run_b} vs {c.run_a}"), show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("A", escape(f"{c.model_a} ({c.run_a})"))
+    table.add_row("B", escape(f"{c.model_b} ({c.run_b})"))
+    table.add_row("taskset", escape(f"{c.taskset[:20]} [{c.split}]"))
+    if c.differences:
+        table.add_row("differs", escape("; ".join(c.differences)))
+    table.add_row(
+        "tasks",
+        f"{c.shared_tasks} shared: {c.counts.get('fixed', 0)} fixed, "
+        f"{c.counts.get('regressed', 0)} regressed, {c.counts.get('unchanged', 0)} unchanged",
+    )
+    if c.only_a or c.only_b:
+        table.add_row("unpaired", f"{len(c.only_a)} only in A, {len(c.only_b)} only in B")
+    for name, estimate in (("reward B - A", c.reward), ("success B - A", c.success)):
+        ci = (
+            f"  95% CI [{_signed(estimate.ci95[0])}, {_signed(estimate.ci95[1])}]"
+            if estimate.ci95
+            else ""
+        )
+        table.add_row(name, f"{_signed(estimate.difference)}{ci}  ({estimate.tasks} tasks)")
+    m = c.mcnemar
+    table.add_row(
+        "McNemar",
+        f"p = {m.p_value:.4g}  ({m.only_b} pairs succeed only in B, {m.only_a} only in A, "
+        f"of {m.pairs})",
+    )
+    for name, values in c.pass_at_k.items():
+        table.add_row(
+            name, f"{_num(values['a'])} -> {_num(values['b'])} ({_signed(values['delta'])})"
+        )
+    return table
+
+
+def change_table(comparison: RunComparison, limit: int) -> Table:
+    """The regressed and fixed tasks of a comparison (regressions first)."""
+    table = Table(title="changed tasks", title_justify="left")
+    for column in ("task_id", "change", "A pass", "B pass", "A reward", "B reward"):
+        table.add_column(column, justify="left" if column in ("task_id", "change") else "right")
+    changed = [t for t in comparison.tasks if t.change != "unchanged"][:limit]
+    for t in changed:
+        table.add_row(
+            escape(t.task_id),
+            t.change,
+            _num(t.a_pass_rate),
+            _num(t.b_pass_rate),
+            _num(t.a_mean),
+            _num(t.b_mean),
         )
     return table

@@ -10,7 +10,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from taskhub._cli._render import component_table, group_table, summary_table, task_table
+from taskhub._cli._render import (
+    change_table,
+    comparison_table,
+    component_table,
+    group_table,
+    summary_table,
+    task_table,
+)
 from taskhub._comparability import comparability
 from taskhub._errors import TaskhubError
 from taskhub._results import read_run, summarize, summarize_groups
@@ -115,3 +122,34 @@ def push(
     except TaskhubError as exc:
         raise fail(exc) from None
     typer.echo(f"pushed {run_dir} to {result.repo_id}: commit {result.commit_sha}")
+
+
+@app.command("compare")
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="The baseline run directory (A).")],
+    run_b: Annotated[Path, typer.Argument(help="The run compared with it (B).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+    tasks: Annotated[
+        int, typer.Option(help="Regressed and fixed tasks to list (0: none).", min=0)
+    ] = 20,
+) -> None:
+    """Compare run B with run A on the tasks both ran: fixed, regressed, paired differences.
+
+    Both runs must be on the same taskset commit and split, scored the same way. The paired
+    difference of mean reward (and of success rate) averages per-task differences, with a t
+    interval over tasks; McNemar's exact test pairs episodes by task and sample.
+    """
+    from taskhub._cli import fail
+    from taskhub._compare import compare_runs
+
+    try:
+        comparison = compare_runs(read_run(run_a), read_run(run_b))
+    except TaskhubError as exc:
+        raise fail(exc) from None
+    if as_json:
+        typer.echo(comparison.model_dump_json(indent=2))
+        return
+    console = Console()
+    console.print(comparison_table(comparison))
+    if tasks:
+        console.print(change_table(comparison, tasks))
