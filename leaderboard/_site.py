@@ -89,6 +89,7 @@ def build_site(
     resolvers: Sequence[Resolver] = (),
     page_size: int | None = None,
     chunk_size: int = CHUNK_SIZE,
+    group_by: str | None = None,
 ) -> SiteInfo:
     """Build the static leaderboard site of ``sources`` into ``out``.
 
@@ -104,6 +105,8 @@ def build_site(
         page_size: Episodes per trajectory file of the episode browser (by default, as many
             as make about half a megabyte).
         chunk_size: Episodes per index file of the episode browser.
+        group_by: A task field (``metadata.family``, ``difficulty``...) to break every
+            (model, taskset) cell down by, with per-group intervals.
 
     Returns:
         What was written.
@@ -126,7 +129,7 @@ def build_site(
             out / "runs" / run.slug, run.table, page_size=page_size, chunk_size=chunk_size
         )
 
-    board = assemble(inputs, validate=validate, each_run=write_run_episodes)
+    board = assemble(inputs, validate=validate, each_run=write_run_episodes, group_by=group_by)
     assets = out / "assets"
     assets.mkdir()
     for name in ("style.css", "table.js", "episodes.js"):
@@ -338,6 +341,69 @@ class _Renderer:
                 for cell in column.cells
             ]
         )
+        pairs_path = self._table(
+            f"Paired comparisons: {column.label}",
+            f"tasksets/{column.slug}.pairs",
+            [
+                {
+                    "first": first.model.label,
+                    "second": second.model.label,
+                    "difference": pair.difference,
+                    "ci95_low": pair.ci95[0] if pair.ci95 else None,
+                    "ci95_high": pair.ci95[1] if pair.ci95 else None,
+                    "shared_tasks": pair.tasks,
+                    "method": "paired" if pair.paired else "intervals",
+                }
+                for first, second, pair in column.pairs
+            ],
+            ["first", "second", "difference", "ci95_low", "ci95_high", "shared_tasks", "method"],
+        )
+        component_columns = [
+            "model", "component", "weight", "gate", "range", "n", "errors", "mean", "stderr",
+            "ci95_low", "ci95_high",
+        ]  # fmt: skip
+        components_path = self._table(
+            f"Reward components: {column.label}",
+            f"tasksets/{column.slug}.components",
+            [
+                {
+                    "model": cell.model.label,
+                    "component": c["name"],
+                    **{k: c[k] for k in ("weight", "gate", "range", "n", "errors", "mean")},
+                    "stderr": c["stderr"],
+                    "ci95_low": c["ci95"][0] if c["ci95"] else None,
+                    "ci95_high": c["ci95"][1] if c["ci95"] else None,
+                }
+                for cell in column.cells
+                for c in cell.stats.components
+            ],
+            component_columns,
+        )
+        groups = [
+            {
+                "model": cell.model.label,
+                "group": g.value,
+                "n_tasks": g.n_tasks,
+                "n_episodes": g.n_episodes,
+                "mean_reward": g.mean_reward,
+                "ci95_low": g.ci95[0] if g.ci95 else None,
+                "ci95_high": g.ci95[1] if g.ci95 else None,
+                "success_rate": g.success_rate,
+                "success_ci95_low": g.success_ci95[0] if g.success_ci95 else None,
+                "success_ci95_high": g.success_ci95[1] if g.success_ci95 else None,
+            }
+            for cell in column.cells
+            for g in cell.groups
+        ]
+        groups_path = (
+            self._table(
+                f"By {self.board.group_by}: {column.label}",
+                f"tasksets/{column.slug}.groups",
+                groups,
+            )
+            if self.board.group_by is not None
+            else ""
+        )
         tasks = _task_difficulty(column)
         wide = tasks.drop(columns=["per_model"]).copy()
         for cell in column.cells:
@@ -367,6 +433,12 @@ class _Renderer:
             tasks_shown=len(shown),
             tasks_total=len(tasks),
             task_models=task_models,
+            pairs_path=pairs_path,
+            components_path=components_path,
+            component_cells=[c for c in column.cells if len(c.stats.components) > 1],
+            groups=groups,
+            groups_path=groups_path,
+            group_field=self.board.group_by,
         )
 
     def _model(self, model: ModelRow) -> None:
@@ -522,6 +594,10 @@ def _cell_row(cell: Cell) -> dict[str, Any]:
         "split": cell.column.split,
         "revision_kind": cell.column.revision_kind,
         "revision": cell.column.revision,
+        "variant": cell.column.variant or None,
+        "rewards": [r.spec for r in cell.column.comparability.rewards],
+        "reward_range": list(s.reward_range) if s.reward_range else None,
+        "fingerprint": cell.fingerprint,
         "rank": cell.rank or None,
         "tied_with": [m.label for m in cell.tied_with],
         "n_episodes": s.n_episodes,
@@ -534,6 +610,16 @@ def _cell_row(cell: Cell) -> dict[str, Any]:
         "success_rate": s.success_rate,
         "success_ci95_low": s.success_ci95[0] if s.success_ci95 else None,
         "success_ci95_high": s.success_ci95[1] if s.success_ci95 else None,
+        "interval": s.interval,
+        "components": [
+            {
+                "name": c.name,
+                "mean": c.mean,
+                "ci95_low": c.ci95[0] if c.ci95 else None,
+                "ci95_high": c.ci95[1] if c.ci95 else None,
+            }
+            for c in s.components
+        ],
     }
     for name in ("pass@1", "pass@2", "pass@4", "pass@8", "pass@16", "pass@32"):
         row[name] = s.pass_at_k.get(name)
@@ -559,6 +645,7 @@ def _run_row(run: RunEntry) -> dict[str, Any]:
         "split": m.split,
         "revision_kind": run.column.revision_kind,
         "revision": run.column.revision,
+        "fingerprint": run.comparability.fingerprint,
         "env": run.env.name if run.env else None,
         "n_planned": m.n_planned,
         "n_episodes": s.n_episodes,

@@ -26,6 +26,7 @@ from taskhub import (
     bounded_mean_ci,
     component_summaries,
     mean_ci,
+    paired_difference,
     pass_at_k,
     success_interval,
 )
@@ -247,3 +248,86 @@ def overlaps(a: tuple[float | None, float | None], b: tuple[float | None, float 
         return True
     assert a_low is not None and a_high is not None and b_low is not None and b_high is not None
     return a_low <= b_high and b_low <= a_high
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A paired comparison of two cells of one column: ``difference`` is ``first - second``."""
+
+    first: int
+    second: int
+    difference: float | None
+    ci95: tuple[float, float] | None
+    tasks: int
+    """Tasks both ran (paired when at least two)."""
+
+    @property
+    def paired(self) -> bool:
+        """Whether the comparison is paired (else it compares the two intervals)."""
+        return self.tasks >= 2 and self.ci95 is not None
+
+
+def task_means(per_task: pd.DataFrame) -> dict[str, float]:
+    """Task id -> mean reward of a ``Stats.per_task`` frame (tasks without a reward left out)."""
+    known = per_task[per_task["rewarded"] > 0]
+    return dict(
+        zip(known["task_id"].tolist(), known["mean_reward"].astype(float).tolist(), strict=True)
+    )
+
+
+def rank_paired(
+    means: list[dict[str, float]],
+    intervals: list[tuple[float | None, float | None, float | None]],
+) -> tuple[list[int], list[list[int]], list[Pair]]:
+    """Rank entries that share tasks by paired differences, the others by their intervals.
+
+    For two entries that both ran at least two of the same tasks, one is better beyond doubt
+    when the 95% interval of the paired difference of per-task mean reward (``taskhub``'s
+    ``paired_difference``: a t interval over the shared tasks) lies entirely above 0. Entries
+    that share fewer tasks fall back to ``rank_with_ties``' rule (one interval entirely above
+    the other). An entry's rank is 1 plus the number of entries better than it beyond doubt;
+    it is tied with every entry neither better nor worse beyond doubt.
+
+    Args:
+        means: Per entry, its per-task mean rewards (``task_means``).
+        intervals: Per entry, ``(mean, ci_low, ci_high)`` of its mean reward.
+
+    Returns:
+        The ranks (0 for an entry without a mean), each entry's tied entries (indices), and
+        every pairwise comparison (first < second).
+    """
+    count = len(means)
+    better = [[False] * count for _ in range(count)]  # better[i][j]: i beats j
+    pairs: list[Pair] = []
+    for i in range(count):
+        for j in range(i + 1, count):
+            if intervals[i][0] is None or intervals[j][0] is None:
+                continue
+            diff, _, low, high, shared = paired_difference(means[j], means[i])
+            ci = (low, high) if low is not None and high is not None else None
+            pair = Pair(i, j, diff, ci, shared)
+            pairs.append(pair)
+            if pair.paired:
+                assert ci is not None
+                better[i][j] = ci[0] > 0
+                better[j][i] = ci[1] < 0
+            else:
+                (_, low_i, high_i), (_, low_j, high_j) = intervals[i], intervals[j]
+                better[i][j] = low_i is not None and high_j is not None and low_i > high_j
+                better[j][i] = low_j is not None and high_i is not None and low_j > high_i
+    ranks: list[int] = []
+    tied: list[list[int]] = []
+    for i in range(count):
+        if intervals[i][0] is None:
+            ranks.append(0)
+            tied.append([])
+            continue
+        ranks.append(1 + sum(1 for j in range(count) if better[j][i]))
+        tied.append(
+            [
+                j
+                for j in range(count)
+                if j != i and intervals[j][0] is not None and not better[i][j] and not better[j][i]
+            ]
+        )
+    return ranks, tied, pairs

@@ -11,7 +11,7 @@ import json
 import math
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -418,7 +418,7 @@ class GroupSummary(BaseModel):
 MISSING_GROUP = "(none)"
 
 
-def task_field(task: Task, path: str) -> str:
+def task_field(task: Task | Mapping[str, object], path: str) -> str:
     """The value of a task's field as a group label: ``metadata.family``, ``difficulty``...
 
     A dotted path into the task row; a path whose first part is not a task field is looked up
@@ -426,7 +426,7 @@ def task_field(task: Task, path: str) -> str:
     ``reset.family``). Values that are not text are given as JSON; a missing one is
     ``(none)``.
     """
-    row = task.model_dump(mode="json")
+    row = task.model_dump(mode="json") if isinstance(task, Task) else task
     parts = path.split(".")
     candidates = [parts] if parts[0] in row else [["metadata", *parts], ["reset", *parts]]
     for candidate in candidates:

@@ -22,8 +22,9 @@ Methods (each checked against scipy or statsmodels in tests/taskhub/test_stats.p
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from statistics import NormalDist
+from typing import TypeVar
 
 # Two-sided 95% Student t critical values, t_{0.975, df}, df = 1..30.
 _T975 = (
@@ -32,6 +33,7 @@ _T975 = (
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )  # fmt: skip
 _Z975 = NormalDist().inv_cdf(0.975)
+K = TypeVar("K", bound=Hashable)
 
 
 def t_critical_95(df: int) -> float:
@@ -210,7 +212,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def paired_difference(
-    a: dict[Hashable, float], b: dict[Hashable, float]
+    a: Mapping[K, float], b: Mapping[K, float]
 ) -> tuple[float | None, float | None, float | None, float | None, int]:
     """Paired difference ``b - a`` over the tasks both sides have (each a task's mean).
 
