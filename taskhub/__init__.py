@@ -65,6 +65,7 @@ from taskhub._rewards import (
 )
 from taskhub._runner import (
     Progress,
+    RunInterrupted,
     RunResult,
     evaluate,
     evaluate_async,
@@ -171,6 +172,7 @@ __all__ = [
     "RewardSet",
     "RewardSpec",
     "Run",
+    "RunInterrupted",
     "RunManifest",
     "RunResult",
     "RunSummary",

@@ -96,6 +96,31 @@ class Progress(Protocol):
         ...
 
 
+def _status(progress: Progress | None, text: str) -> None:
+    """Tell ``progress`` what the run waits for before its first episode, if it listens.
+
+    ``status(text)`` is optional on a ``Progress``: the CLI's bar and lines show it.
+    """
+    status = getattr(progress, "status", None)
+    if callable(status):
+        status(text)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Raised by ``evaluate`` and ``resume`` when the run was interrupted (Ctrl-C).
+
+    Attributes:
+        run_dir: The run directory, when the run got far enough to choose it.
+        resumable: Whether ``run.json`` was written (``taskhub eval --resume run_dir`` works).
+    """
+
+    def __init__(self, run_dir: Path | None) -> None:
+        """Record where the interrupted run was writing."""
+        self.run_dir = run_dir
+        self.resumable = run_dir is not None and (run_dir / "run.json").is_file()
+        super().__init__(str(run_dir) if run_dir else "interrupted before the run started")
+
+
 @dataclass(frozen=True)
 class RunResult:
     """What a run left behind."""
@@ -265,6 +290,43 @@ def _plan(config: EvalConfig, taskset: Taskset, run_dir: Path, run_id: str) -> _
     )
 
 
+def check_model(config: EvalConfig) -> None:
+    """Check the model string before anything starts: its backend is created and closed.
+
+    Sync: not for use inside a running event loop.
+
+    Raises:
+        UnknownPluginError: No backend has that provider name (with a "did you mean").
+        ConfigError: The model string is malformed, or the backend refuses the model name or
+            options (a missing base URL...).
+    """
+    backend = load_model(
+        config.model,
+        ModelOptions(
+            base_url=config.base_url,
+            api_key=config.api_key.get_secret_value() if config.api_key else None,
+            timeout_s=config.model_timeout_s,
+        ),
+    )
+    asyncio.run(backend.aclose())
+
+
+def check_rewards(specs: Sequence[str]) -> None:
+    """Check reward specs before anything starts: each parses and its plugin builds.
+
+    Rewards backed by a process pool start it here, which the run then shares.
+
+    Raises:
+        UnknownPluginError: No reward has that name (with a "did you mean").
+        ConfigError: A spec is malformed, or its reward refuses the argument.
+        MissingDependencyError: The reward's library is not installed (with the pip command).
+    """
+    from taskhub._rewards import build_reward
+
+    for text in specs:
+        build_reward(text)
+
+
 def new_run_id(config: EvalConfig, taskset_name: str) -> str:
     """Return a fresh run id: UTC time, taskset, model, and a random suffix."""
     stamp = _now().strftime("%Y%m%dT%H%M%SZ")
@@ -309,6 +371,7 @@ class _Runner:
                 f"{plan.taskset.name!r}"
             )
         provider, name = split_model_spec(config.model)
+        _status(self.progress, f"loading model {config.model}")
         self.model = load_model(
             config.model,
             ModelOptions(
@@ -319,6 +382,7 @@ class _Runner:
         )
         status: RunStatus = "failed"
         try:
+            _status(self.progress, f"starting env {env_spec}")
             handle = EnvHandle.open(
                 env_spec,
                 http=self.http,
@@ -614,6 +678,7 @@ async def evaluate_async(
     env_headers: dict[str, str] | None = None,
     hub_token: str | None = None,
     argv: list[str] | None = None,
+    _target: list[Path] | None = None,
 ) -> RunResult:
     """Run an evaluation and write its run directory.
 
@@ -625,6 +690,8 @@ async def evaluate_async(
         env_headers: Extra WebSocket handshake headers (a token for private Spaces).
         hub_token: Token for private Hub tasksets.
         argv: The command line, recorded in ``run.json``.
+        _target: Receives the run directory once it is chosen (``evaluate`` names it when
+            the run is interrupted).
 
     Returns:
         The run directory, its manifest and summary.
@@ -634,9 +701,11 @@ async def evaluate_async(
             be started, or a fatal model error (bad credentials). Episode failures are records,
             not exceptions.
     """
-    taskset = load_taskset(config.taskset, token=hub_token)
+    taskset = load_taskset(config.taskset, revision=config.revision, token=hub_token)
     run_id = new_run_id(config, taskset.name)
     target = Path(run_dir) if run_dir is not None else Path(output_dir) / run_id
+    if _target is not None:
+        _target.append(target)
     if (target / "run.json").exists():
         raise ResultsError(
             f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
@@ -676,10 +745,10 @@ async def resume_async(
     if api_key is not None:
         config = config.model_copy(update={"api_key": SecretStr(api_key)})
     ref = manifest.taskset
-    source = ref.source
     if ref.kind == "hub" and ref.repo_id and ref.commit_sha:
-        source = f"{ref.repo_id}@{ref.commit_sha}"
-    taskset = load_taskset(source, token=hub_token)
+        taskset = load_taskset(ref.repo_id, revision=ref.commit_sha, token=hub_token)
+    else:
+        taskset = load_taskset(ref.source, revision=config.revision, token=hub_token)
     if taskset.ref.fingerprint != ref.fingerprint:
         raise ResultsError(
             f"taskset {ref.source!r} changed since the run started (fingerprint "
@@ -691,6 +760,12 @@ async def resume_async(
     repair_results(run_dir / EPISODES)
     plan.previous = read_results(run_dir)
     plan.done = {r.key() for r in plan.previous}
+    if manifest.status == "completed" and not any(True for _ in plan.items()):
+        logger.info("run %s is complete: nothing to resume", manifest.run_id)
+        summary = summarize(
+            plan.previous, n_planned=plan.n_planned, comparability=manifest.comparability
+        )
+        return RunResult(run_dir, manifest, summary)
     async with _make_http() as http:
         runner = _Runner(
             plan,
@@ -704,10 +779,29 @@ async def resume_async(
 
 
 def evaluate(config: EvalConfig, **kwargs: Any) -> RunResult:
-    """Run ``evaluate_async`` to completion (the one sync entry point)."""
-    return asyncio.run(evaluate_async(config, **kwargs))
+    """Run ``evaluate_async`` to completion (the one sync entry point).
+
+    Raises:
+        RunInterrupted: Ctrl-C stopped the run; it names the run directory, if there is one.
+    """
+    target: list[Path] = []
+    try:
+        return asyncio.run(evaluate_async(config, _target=target, **kwargs))
+    except RunInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise RunInterrupted(target[0] if target else None) from None
 
 
 def resume(run_dir: Path | str, **kwargs: Any) -> RunResult:
-    """Run ``resume_async`` to completion."""
-    return asyncio.run(resume_async(run_dir, **kwargs))
+    """Run ``resume_async`` to completion.
+
+    Raises:
+        RunInterrupted: Ctrl-C stopped the run (it stays resumable).
+    """
+    try:
+        return asyncio.run(resume_async(run_dir, **kwargs))
+    except RunInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise RunInterrupted(Path(run_dir)) from None

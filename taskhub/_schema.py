@@ -496,6 +496,9 @@ class EvalConfig(BaseModel):
     """Stop the run at the first episode that is not scored."""
     max_frame_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     """Largest frame accepted from an env."""
+    revision: str | None = None
+    """Branch, tag or commit of a Hub taskset (the pin to read; overrides an ``@rev`` of
+    ``taskset``)."""
 
     @field_validator("shard")
     @classmethod

@@ -21,6 +21,7 @@ import logging
 import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,12 +180,13 @@ def _load_hub(
             sha = _retry_transient(lambda: api.dataset_info(repo_id, revision=revision).sha, what)
         if not sha:
             raise TasksetError(f"the Hub gave no commit sha for {what}")
-        folder = _retry_transient(
-            lambda: snapshot_download(
-                repo_id, repo_type="dataset", revision=sha, token=token, cache_dir=cache_dir
-            ),
-            what,
-        )
+        with quiet_downloads():
+            folder = _retry_transient(
+                lambda: snapshot_download(
+                    repo_id, repo_type="dataset", revision=sha, token=token, cache_dir=cache_dir
+                ),
+                what,
+            )
     except RevisionNotFoundError:
         raise TasksetNotFound(f"taskset {repo_id!r} has no revision {revision!r}") from None
     except GatedRepoError as exc:
@@ -203,14 +205,54 @@ def _load_hub(
         if status == 401:
             raise TasksetError(f"the Hub refused the token for {what}: {exc}") from None
         raise TasksetError(f"the Hub failed on {what}: {exc}") from None
-    except (httpx.HTTPError, OSError) as exc:
+    except Exception as exc:
+        if not (unreachable(exc) or isinstance(exc, httpx.HTTPError | OSError)):
+            raise
         raise TasksetError(
-            f"cannot reach the Hub for taskset {what}: {type(exc).__name__}: {exc}"
+            f"cannot reach the Hub for taskset {what} ({type(exc).__name__}: {exc}): check "
+            "the network (or HF_ENDPOINT); a revision pinned by its commit sha loads from the "
+            "cache offline (HF_HUB_OFFLINE=1)"
         ) from None
     parts = TasksetRefParts(
         source, "hub", repo_id.split("/")[-1], repo_id=repo_id, revision=revision, commit_sha=sha
     )
     return _load_folder(Path(folder), parts)
+
+
+@contextmanager
+def quiet_downloads() -> Iterator[None]:
+    """Hide huggingface_hub's progress bars while downloading, then restore them.
+
+    They would clutter the CLI's output and training logs; bars hidden before stay hidden.
+    """
+    from huggingface_hub.utils.tqdm import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+
+    hidden = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not hidden:
+            enable_progress_bars()
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the Hub could not be reached (no network, DNS, refused, timeout).
+
+    huggingface_hub raises its HTTP client's transport errors as they are, and that client is
+    ``httpx`` or its fork ``httpx2`` depending on the version: both are recognised by module.
+    """
+    if isinstance(exc, httpx.TransportError | ConnectionError | TimeoutError):
+        return True
+    return any(
+        cls.__module__.split(".")[0] in ("httpx", "httpx2", "httpcore")
+        and cls.__name__ in ("TransportError", "TimeoutException", "NetworkError")
+        for cls in type(exc).__mro__
+    )
 
 
 def _retry_transient(call: Any, what: str, attempts: int = 4) -> Any:

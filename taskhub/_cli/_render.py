@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 
 class BarProgress:
-    """A live progress bar: episodes done/total, rate, errors, ETA."""
+    """A live progress bar: episodes done/total, rate, errors, ETA; what it waits for first."""
 
     def __init__(self, console: Console) -> None:
         """Draw on ``console`` (stderr)."""
@@ -44,15 +45,27 @@ class BarProgress:
             transient=False,
         )
         self._task: TaskID | None = None
+        self._waiting: TaskID | None = None
         self._errors = 0
         self._done = 0
         self._started = 0.0
+
+    def status(self, text: str) -> None:
+        """Show what the run waits for before its first episode (the env, the model)."""
+        if self._waiting is None:
+            self._progress.start()
+            self._waiting = self._progress.add_task(escape(text), total=None, rate="", errors="")
+        else:
+            self._progress.update(self._waiting, description=escape(text))
 
     def start(self, total: int, completed: int) -> None:
         """Show the bar."""
         import time
 
         self._started = time.perf_counter()
+        if self._waiting is not None:
+            self._progress.remove_task(self._waiting)
+            self._waiting = None
         self._progress.start()
         self._task = self._progress.add_task(
             "episodes", total=total, completed=completed, rate="", errors=""
@@ -77,6 +90,67 @@ class BarProgress:
     def complete(self) -> None:
         """Stop drawing."""
         self._progress.stop()
+
+
+#: Seconds between two progress lines at most (a line is also written every tenth of the run).
+LINE_INTERVAL_S = 30.0
+
+
+class LineProgress:
+    """Progress as plain lines, for output that is not a terminal (logs, CI, pipes)."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        """Write each line with ``write`` (stderr)."""
+        self._write = write
+        self._total = 0
+        self._done = 0
+        self._errors = 0
+        self._first = 0
+        self._started = 0.0
+        self._last = 0.0
+        self._next_step = 0
+
+    def status(self, text: str) -> None:
+        """Say what the run waits for before its first episode."""
+        self._write(f"taskhub: {text}...")
+
+    def start(self, total: int, completed: int) -> None:
+        """Write the first line."""
+        import time
+
+        self._started = self._last = time.monotonic()
+        self._total, self._done, self._first = total, completed, completed
+        self._next_step = self._done + max(1, total // 10)
+        self._write(f"episodes {completed}/{total}")
+
+    def update(self, record: EpisodeRecord) -> None:
+        """Count one episode; write a line every tenth of the run or every 30 seconds."""
+        import time
+
+        self._done += 1
+        if record.outcome != "scored":
+            self._errors += 1
+        now = time.monotonic()
+        if self._done >= self._next_step or now - self._last >= LINE_INTERVAL_S:
+            self._next_step = self._done + max(1, self._total // 10)
+            self._last = now
+            self._write(self._line(now))
+
+    def complete(self) -> None:
+        """Write the last line."""
+        import time
+
+        if self._started:
+            self._write(self._line(time.monotonic()) + ", finished")
+
+    def _line(self, now: float) -> str:
+        elapsed = max(now - self._started, 1e-9)
+        errors = f", {self._errors} not scored" if self._errors else ""
+        ran = self._done - self._first
+        return (
+            f"episodes {self._done}/{self._total} ({self._done / max(self._total, 1):.0%}), "
+            f"{elapsed:.0f}s, {ran / elapsed:.2f} ep/s{errors}"
+        )
 
 
 def _num(value: float | None, digits: int = 3) -> str:

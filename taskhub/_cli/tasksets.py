@@ -14,6 +14,8 @@ from taskhub._schema import TasksetCard
 from taskhub._taskset import builtin_tasksets, load_taskset
 
 _TOKEN_HELP = "Hub token with write access (default: HF_TOKEN or the stored `hf auth login`)."
+_REVISION_HELP = "Branch, tag or commit of a Hub taskset to read (overrides ORG/NAME@REV)."
+_BRANCH_HELP = "Branch to commit to (created from main if missing; default main)."
 
 app = typer.Typer(
     help="Tasksets: Hub datasets whose rows parameterize reset().", no_args_is_help=True
@@ -44,6 +46,7 @@ def check(
     source: Annotated[
         str, typer.Argument(help="Folder, data file, built-in name or org/name@rev.")
     ],
+    revision: Annotated[str | None, typer.Option(help=_REVISION_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Validate every row and the card of a taskset; exit 1 naming the rows at fault."""
@@ -51,7 +54,7 @@ def check(
     from taskhub.hub import check_taskset
 
     try:
-        taskset = load_taskset(source)
+        taskset = load_taskset(source, revision=revision)
         check_taskset(taskset)
     except TaskhubError as exc:
         raise fail(exc) from None
@@ -122,9 +125,7 @@ def init(
 def push(
     path: Annotated[Path, typer.Argument(help="A taskset folder (see `taskhub taskset init`).")],
     repo: Annotated[str, typer.Argument(help="Hub dataset repo ORG/NAME (created if missing).")],
-    revision: Annotated[
-        str | None, typer.Option(help="Branch to commit to (created from main if missing).")
-    ] = None,
+    branch: Annotated[str | None, typer.Option(help=_BRANCH_HELP)] = None,
     tag: Annotated[str | None, typer.Option(help="Tag to create at the new commit.")] = None,
     private: Annotated[bool, typer.Option(help="Create the repo private.")] = False,
     token: Annotated[str | None, typer.Option(help=_TOKEN_HELP, envvar="HF_TOKEN")] = None,
@@ -135,7 +136,7 @@ def push(
     from taskhub.hub import push_taskset
 
     try:
-        result = push_taskset(path, repo, branch=revision, tag=tag, token=token, private=private)
+        result = push_taskset(path, repo, branch=branch, tag=tag, token=token, private=private)
     except TaskhubError as exc:
         raise fail(exc) from None
     if as_json:
@@ -160,6 +161,7 @@ def show(
     source: Annotated[
         str, typer.Argument(help="ORG/NAME[@REVISION], a folder, a data file or a built-in name.")
     ],
+    revision: Annotated[str | None, typer.Option(help=_REVISION_HELP)] = None,
     token: Annotated[
         str | None, typer.Option(help="Hub token for private repos.", envvar="HF_TOKEN")
     ] = None,
@@ -170,7 +172,7 @@ def show(
     from taskhub.hub import describe_taskset
 
     try:
-        info = describe_taskset(source, token=token)
+        info = describe_taskset(source, revision=revision, token=token)
     except TaskhubError as exc:
         raise fail(exc) from None
     if as_json:
@@ -201,7 +203,7 @@ def profile(
         str | None,
         typer.Option(help="Push to this repo (default: the runs' Hub taskset, if no --output)."),
     ] = None,
-    revision: Annotated[str | None, typer.Option(help="Branch to push to (main).")] = None,
+    branch: Annotated[str | None, typer.Option(help=_BRANCH_HELP)] = None,
     tag: Annotated[str | None, typer.Option(help="Tag to create at the new commit.")] = None,
     token: Annotated[str | None, typer.Option(help=_TOKEN_HELP, envvar="HF_TOKEN")] = None,
 ) -> None:
@@ -211,7 +213,7 @@ def profile(
 
     try:
         result = profile_taskset(
-            run_dirs, output=output, repo_id=repo, branch=revision, tag=tag, token=token
+            run_dirs, output=output, repo_id=repo, branch=branch, tag=tag, token=token
         )
     except TaskhubError as exc:
         raise fail(exc) from None
