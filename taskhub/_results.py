@@ -251,7 +251,9 @@ class RunSummary(BaseModel):
     task they are the usual i.i.d. interval and the Wilson interval of the success rate. When
     the total reward has a known range (``reward_range``: its components declare theirs),
     ``ci95`` is the bounded interval of ``taskhub._stats.bounded_mean_ci``, which stays inside
-    it (``interval`` says which method gave ``ci95``: ``t`` or ``bounded``).
+    it (``interval`` says which method gave ``ci95``: ``t`` or ``bounded``). ``model_cache``
+    counts the model calls answered from the model-call cache and those it did not hold, when
+    the run used one.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -276,6 +278,7 @@ class RunSummary(BaseModel):
     reward_range: tuple[float, float] | None = None
     interval: str = "t"
     components: list[ComponentSummary] = Field(default_factory=list)
+    model_cache: dict[str, int] | None = None
 
 
 def ranges_of(
@@ -375,7 +378,14 @@ def summarize(
         reward_range=total_range,
         interval="t" if total_range is None else "bounded",
         components=component_summaries(*_component_columns(records), ranges=component_ranges),
+        model_cache=_cache_counts(records),
     )
+
+
+def _cache_counts(records: Sequence[EpisodeRecord]) -> dict[str, int] | None:
+    hits = sum(r.usage.cache_hits for r in records)
+    misses = sum(r.usage.cache_misses for r in records)
+    return {"hits": hits, "misses": misses} if hits or misses else None
 
 
 def _component_columns(

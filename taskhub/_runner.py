@@ -70,6 +70,7 @@ from taskhub._version import __version__
 from taskhub.env._launch import EnvHandle
 from taskhub.env._pool import SessionPool
 from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_model_spec
+from taskhub.models._cache import CachedModel
 
 logger = logging.getLogger(__name__)
 
@@ -380,6 +381,13 @@ class _Runner:
                 timeout_s=config.model_timeout_s,
             ),
         )
+        if config.cache is not None:
+            self.model = CachedModel(
+                self.model,
+                Path(config.cache),
+                model=config.model,
+                endpoint=_redact_url(config.base_url),
+            )
         status: RunStatus = "failed"
         try:
             _status(self.progress, f"starting env {env_spec}")

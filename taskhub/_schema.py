@@ -291,12 +291,18 @@ class Usage(BaseModel):
     """Tokens the model generated."""
     calls: int = 0
     """Number of model calls."""
+    cache_hits: int = 0
+    """Calls answered from the model-call cache (``--cache``), counted in ``calls``."""
+    cache_misses: int = 0
+    """Calls the cache did not hold: sent to the model and stored, counted in ``calls``."""
 
     def add(self, other: Usage) -> None:
         """Add ``other``'s counts to this one."""
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.calls += other.calls
+        self.cache_hits += other.cache_hits
+        self.cache_misses += other.cache_misses
 
     @property
     def total_tokens(self) -> int:
@@ -499,6 +505,8 @@ class EvalConfig(BaseModel):
     revision: str | None = None
     """Branch, tag or commit of a Hub taskset (the pin to read; overrides an ``@rev`` of
     ``taskset``)."""
+    cache: str | None = None
+    """Folder of the model-call cache (``taskhub.models.CachedModel``); None: no cache."""
 
     @field_validator("shard")
     @classmethod

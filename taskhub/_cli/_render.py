@@ -212,6 +212,11 @@ def summary_table(summary: RunSummary, manifest: RunManifest, run_dir: Path) -> 
             f"{summary.tokens['prompt']} prompt + {summary.tokens['completion']} completion "
             f"in {summary.tokens['calls']} calls",
         )
+    if summary.model_cache:
+        cache = summary.model_cache
+        table.add_row(
+            "model cache", f"{cache.get('hits', 0)} hits, {cache.get('misses', 0)} misses"
+        )
     table.add_row("run dir", escape(str(run_dir)))
     return table
 

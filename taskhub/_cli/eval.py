@@ -173,6 +173,14 @@ def eval_command(
             "(other arguments are taken from its run.json).",
         ),
     ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="Model-call cache folder: identical requests (greedy, or sampled with a seed) "
+            "are answered from it, so a re-run or a resume repeats no call.",
+            envvar="TASKHUB_CACHE",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     progress: Annotated[
         bool | None,
@@ -248,6 +256,7 @@ def eval_command(
                     max_retries=max_retries,
                     format_retries=format_retries,
                     fail_fast=fail_fast,
+                    cache=str(cache) if cache is not None else None,
                 )
             except ValidationError as exc:
                 first = exc.errors()[0]
