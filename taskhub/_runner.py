@@ -366,6 +366,13 @@ class _Runner:
     async def run(self) -> RunResult:
         plan, config = self.plan, self.config
         env_spec = config.env or plan.taskset.card.env
+        image = plan.taskset.environment.image if plan.taskset.environment else None
+        if not env_spec and image:
+            raise ConfigError(
+                f"taskset {plan.taskset.name!r} declares its env as the container image "
+                f"{image!r} (environment.yaml); taskhub does not run containers: start it "
+                f"(docker run -p 8000:8000 {image}) and pass its URL as ENV"
+            )
         if not env_spec:
             raise ConfigError(
                 f"no environment: pass ENV, or set `env:` in the taskset card of "

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import yaml
@@ -32,6 +32,9 @@ from pydantic import ValidationError
 
 from taskhub._errors import SchemaError, TasksetError, TasksetNotFound
 from taskhub._schema import Task, TasksetCard, TasksetRef
+
+if TYPE_CHECKING:
+    from taskhub.hub._environment import EnvironmentDeclaration
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +51,8 @@ class Taskset:
     ref: TasksetRef
     card: TasksetCard
     splits: dict[str, tuple[Task, ...]]
+    environment: EnvironmentDeclaration | None = None
+    """The dataset's ``environment.yaml`` (a Hub RL environment dataset), if it has one."""
 
     @property
     def name(self) -> str:
@@ -302,8 +307,15 @@ def read_card(folder: Path) -> tuple[dict[str, Any], TasksetCard]:
     return header, card
 
 
-def data_files(folder: Path, header: dict[str, Any]) -> dict[str, list[Path]]:
+def data_files(
+    folder: Path, header: dict[str, Any], config_name: str = "default"
+) -> dict[str, list[Path]]:
     """Map each split to its data files, from the card's ``configs:`` or the usual file names.
+
+    Args:
+        folder: The dataset folder.
+        header: Its card's YAML header.
+        config_name: The ``configs:`` entry to read (else the first).
 
     Raises:
         TasksetNotFound: A listed file does not exist, or no data file is found.
@@ -311,7 +323,7 @@ def data_files(folder: Path, header: dict[str, Any]) -> dict[str, list[Path]]:
     configs = header.get("configs")
     if isinstance(configs, list) and configs:
         config = next(
-            (c for c in configs if isinstance(c, dict) and c.get("config_name") == "default"),
+            (c for c in configs if isinstance(c, dict) and c.get("config_name") == config_name),
             configs[0],
         )
         spec = config.get("data_files") if isinstance(config, dict) else None
@@ -350,12 +362,20 @@ def data_files(folder: Path, header: dict[str, Any]) -> dict[str, list[Path]]:
 
 
 def _load_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
+    from taskhub.hub._environment import read_environment
+
     header, card = read_card(folder)
-    files = data_files(folder, header)
+    environment = read_environment(folder)
+    found = environment.openenv() if environment is not None else None
+    config_name = (found[0].config_name if found else None) or "default"
+    files = data_files(folder, header, config_name)
     splits = {split: _validate_rows(split, _read_files(paths)) for split, paths in files.items()}
     _check_unique_ids(splits)
     name = card.name or parts.name
-    return Taskset(_ref(parts, name, splits, folder), card, splits)
+    if card.env is None and environment is not None and environment.env_spec is not None:
+        # a Hub RL environment dataset names its env in environment.yaml
+        card = card.model_copy(update={"env": environment.env_spec})
+    return Taskset(_ref(parts, name, splits, folder), card, splits, environment)
 
 
 def _load_file(path: Path, source: str) -> Taskset:

@@ -16,6 +16,12 @@ from taskhub._taskset import builtin_tasksets, load_taskset
 _TOKEN_HELP = "Hub token with write access (default: HF_TOKEN or the stored `hf auth login`)."
 _REVISION_HELP = "Branch, tag or commit of a Hub taskset to read (overrides ORG/NAME@REV)."
 _BRANCH_HELP = "Branch to commit to (created from main if missing; default main)."
+_SPACE_HELP = (
+    "Hub Space serving the env: declares the dataset as a Hub RL environment "
+    "(environment.yaml, card tags rl-environment and openenv). Default: --env when it is a "
+    "Space id."
+)
+_IMAGE_HELP = "Container image of the env, declared (mode: container) instead of a Space."
 
 app = typer.Typer(
     help="Tasksets: Hub datasets whose rows parameterize reset().", no_args_is_help=True
@@ -99,6 +105,8 @@ def init(
         list[str] | None, typer.Option("--reward", help="Reward spec (repeatable); default env.")
     ] = None,
     max_steps: Annotated[int | None, typer.Option(help="Step limit of an episode.", min=1)] = None,
+    space: Annotated[str | None, typer.Option(help=_SPACE_HELP)] = None,
+    image: Annotated[str | None, typer.Option(help=_IMAGE_HELP)] = None,
     force: Annotated[bool, typer.Option(help="Write into a non-empty folder.")] = False,
 ) -> None:
     """Scaffold a taskset folder (card with configs and env binding, data files)."""
@@ -114,11 +122,25 @@ def init(
             rewards=reward or ["env"],
             max_steps=max_steps,
         )
-        taskset = init_taskset(source, folder, env=env, split=split, card=card, force=force)
+        taskset = init_taskset(
+            source,
+            folder,
+            env=env,
+            split=split,
+            card=card,
+            force=force,
+            space=space,
+            image=image,
+        )
     except TaskhubError as exc:
         raise fail(exc) from None
     rows = ", ".join(f"{s} {n} rows" for s, n in _counts(taskset.splits).items())
     typer.echo(f"created {folder}: {taskset.name} ({rows}), env={env}")
+    if taskset.environment is None:
+        typer.echo(
+            f"not declared as a Hub RL environment: env {env!r} is not a Space; pass --space "
+            "OWNER/NAME (or --image REF) to declare where it runs"
+        )
 
 
 @app.command("push")
@@ -128,6 +150,8 @@ def push(
     branch: Annotated[str | None, typer.Option(help=_BRANCH_HELP)] = None,
     tag: Annotated[str | None, typer.Option(help="Tag to create at the new commit.")] = None,
     private: Annotated[bool, typer.Option(help="Create the repo private.")] = False,
+    space: Annotated[str | None, typer.Option(help=_SPACE_HELP)] = None,
+    image: Annotated[str | None, typer.Option(help=_IMAGE_HELP)] = None,
     token: Annotated[str | None, typer.Option(help=_TOKEN_HELP, envvar="HF_TOKEN")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -136,7 +160,16 @@ def push(
     from taskhub.hub import push_taskset
 
     try:
-        result = push_taskset(path, repo, branch=branch, tag=tag, token=token, private=private)
+        result = push_taskset(
+            path,
+            repo,
+            branch=branch,
+            tag=tag,
+            token=token,
+            private=private,
+            space=space,
+            image=image,
+        )
     except TaskhubError as exc:
         raise fail(exc) from None
     if as_json:
