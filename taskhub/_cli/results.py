@@ -93,7 +93,22 @@ def show(
 @app.command("push")
 def push(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (holds run.json).")],
-    repo: Annotated[str, typer.Argument(help="Hub results dataset repo ORG/NAME.")],
+    repo: Annotated[
+        str | None, typer.Argument(help="Hub results dataset repo ORG/NAME.", show_default=False)
+    ] = None,
+    model_repo: Annotated[
+        str | None,
+        typer.Option(
+            help="Also write the run's result into this model repo's .eval_results/ (the Hub's "
+            "format, shown on the model page and the benchmark's leaderboard).",
+        ),
+    ] = None,
+    metric: Annotated[
+        str, typer.Option(help="The result's metric: mean_reward, success_rate or pass@1.")
+    ] = "mean_reward",
+    branch: Annotated[
+        str | None, typer.Option(help="Branch of the model repo to commit to (default main).")
+    ] = None,
     token: Annotated[
         str | None,
         typer.Option(
@@ -111,17 +126,36 @@ def push(
     ] = None,
     private: Annotated[bool, typer.Option(help="Create the repo private.")] = False,
 ) -> None:
-    """Publish a run to a results repo (runs/<run_id>/), secrets redacted, others kept."""
-    from taskhub._cli import fail
-    from taskhub.hub import is_secret_name, push_results
+    """Publish a run to a results repo (runs/<run_id>/), secrets redacted, others kept.
 
-    names = {name for name in os.environ if is_secret_name(name)} | set(secret_env or [])
-    secrets = {name: os.environ[name] for name in sorted(names) if os.environ.get(name)}
+    With --model-repo, also write its result as .eval_results/<taskset>.yaml of a model repo,
+    linking back to the run in the results repo.
+    """
+    from taskhub._cli import fail
+    from taskhub.hub import is_secret_name, push_eval_results, push_results, results_url
+
+    if repo is None and model_repo is None:
+        raise typer.BadParameter("give a results REPO, --model-repo, or both", param_hint="REPO")
+    source = None
     try:
-        result = push_results(run_dir, repo, token=token, secrets=secrets, private=private)
+        if repo is not None:
+            names = {name for name in os.environ if is_secret_name(name)} | set(secret_env or [])
+            secrets = {name: os.environ[name] for name in sorted(names) if os.environ.get(name)}
+            result = push_results(run_dir, repo, token=token, secrets=secrets, private=private)
+            typer.echo(f"pushed {run_dir} to {result.repo_id}: commit {result.commit_sha}")
+            source = results_url(
+                result.repo_id, result.commit_sha, read_run(run_dir).manifest.run_id
+            )
+        if model_repo is not None:
+            pushed = push_eval_results(
+                run_dir, model_repo, metric=metric, source_url=source, branch=branch, token=token
+            )
+            typer.echo(
+                f"wrote {pushed.files[0]} to {pushed.repo_id} ({pushed.branch}): "
+                f"commit {pushed.commit_sha}"
+            )
     except TaskhubError as exc:
         raise fail(exc) from None
-    typer.echo(f"pushed {run_dir} to {result.repo_id}: commit {result.commit_sha}")
 
 
 @app.command("compare")
