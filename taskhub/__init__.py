@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from taskhub._agent import parse_action
 from taskhub._comparability import comparability, describe_differences, total_range
+from taskhub._compare import RunComparison, TaskChange, compare_runs
 from taskhub._errors import (
     AgentFormatError,
     ConfigError,
@@ -172,6 +173,7 @@ __all__ = [
     "RewardSet",
     "RewardSpec",
     "Run",
+    "RunComparison",
     "RunInterrupted",
     "RunManifest",
     "RunResult",
@@ -183,6 +185,7 @@ __all__ = [
     "Severity",
     "StepRecord",
     "Task",
+    "TaskChange",
     "TaskSummary",
     "TaskhubError",
     "Taskset",
@@ -201,6 +204,7 @@ __all__ = [
     "builtin_tasksets",
     "canonical_json",
     "comparability",
+    "compare_runs",
     "component_summaries",
     "create",
     "describe_differences",
