@@ -1,6 +1,6 @@
 """The leaderboard as data: runs grouped into models x taskset revisions, envs with their reports.
 
-``assemble`` reads every run once (``taskhub.read_results_table``) and computes every number the
+``assemble`` reads every run once (``taskhub.iter_results_tables``) and computes every number the
 site shows; rendering (``_site``) only formats them. A cell is keyed by (model spec, sampling
 parameters, format retries) x (taskset name, resolved commit or content fingerprint, split, and
 how episodes were scored: rewards with their versions, success threshold, env and version, step
@@ -13,11 +13,11 @@ are ranked by paired differences (``rank_paired``).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -28,11 +28,13 @@ from taskhub import (
     ValidationReport,
     comparability,
     group_summaries,
-    read_results_table,
-    task_field,
+    iter_results_tables,
+    results_schema,
+    task_field_column,
     wilson_interval,
 )
 
+from ._episodes import EPISODE_COLUMNS
 from ._inputs import Inputs
 from ._stats import STAT_COLUMNS, Pair, Stats, rank_paired, summarize_table, task_means
 
@@ -294,22 +296,36 @@ class Board:
     """The task field cells are broken down by, if any."""
 
 
+class EpisodeSink(Protocol):
+    """Receives a run's episodes block by block (``_episodes.EpisodeWriter``)."""
+
+    def add(self, table: pa.Table) -> None:
+        """Take the next block: rows of ``read_results_table`` with ``EPISODE_COLUMNS``."""
+
+    def close(self) -> object:
+        """The run is read."""
+
+
 def assemble(
     inputs: Inputs,
     *,
     validate: bool = False,
-    each_run: Callable[[RunEntry], None] | None = None,
+    episodes: Callable[[RunEntry], EpisodeSink] | None = None,
     group_by: str | None = None,
 ) -> Board:
     """Read every run and compute the leaderboard.
 
+    Each run is read once, a block of records at a time, so that runs of any size fit in
+    memory: the statistics keep their few columns, and ``episodes`` gets the full records.
+
     Args:
         inputs: What ``resolve_inputs`` found.
         validate: Validate every episode record in full (slow; see ``read_results_table``).
+        episodes: Called with each run before it is read; what it returns receives the run's
+            records (``EPISODE_COLUMNS``) block by block, and is closed after the last.
         group_by: A task field (``metadata.family``; see ``taskhub.task_field``) to break every
-            cell down by. Reading it parses each record's task row, which costs time at scale.
-        each_run: Called with each run as soon as it is read, while its table still holds the
-            ``record_json`` column, which is dropped afterwards to keep memory flat.
+            cell down by. It is read from each record's task row (block by block, the rest of
+            the record skipped), which costs a pass over the records at scale.
 
     Returns:
         The board.
@@ -319,27 +335,41 @@ def assemble(
     """
     runs: list[RunEntry] = []
     for source in inputs.runs:
-        table = read_results_table(source.results, validate=validate)
-        config = comparability(source.manifest)
-        stats = summarize_table(
-            table.select(STAT_COLUMNS), n_planned=source.manifest.n_planned, comparability=config
-        )
+        manifest = source.manifest
+        config = comparability(manifest)
         entry = RunEntry(
-            manifest=source.manifest,
-            slug=slug(source.manifest.run_id, source.manifest.run_id),
-            table=table,
-            stats=stats,
+            manifest=manifest,
+            slug=slug(manifest.run_id, manifest.run_id),
+            table=pa.table({}),
+            stats=summarize_table(results_schema(STAT_COLUMNS).empty_table()),
             comparability=config,
         )
-        if each_run is not None:
-            each_run(entry)
-        if group_by is not None:
-            keys = [
-                task_field(json.loads(line)["task"], group_by)
-                for line in table["record_json"].to_pylist()
-            ]
-            table = table.append_column(GROUP_COLUMN, pa.array(keys, pa.string()))
-        entry.table = table.drop_columns(["record_json"])
+        sink = episodes(entry) if episodes is not None else None
+        wanted = list(dict.fromkeys([*STAT_COLUMNS, *(EPISODE_COLUMNS if sink else ())]))
+        fields = [group_by] if group_by is not None else []
+        kept = [*STAT_COLUMNS, *([GROUP_COLUMN] if group_by is not None else [])]
+        parts = [_empty_part(group_by)]
+        for table in iter_results_tables(
+            source.results, columns=wanted, validate=validate, task_fields=fields
+        ):
+            if sink is not None:
+                sink.add(table.select(list(EPISODE_COLUMNS)))
+            if group_by is not None:
+                table = table.rename_columns(
+                    [
+                        GROUP_COLUMN if c == task_field_column(group_by) else c
+                        for c in table.column_names
+                    ]
+                )
+            parts.append(table.select(kept))
+        if sink is not None:
+            sink.close()
+        entry.table = pa.concat_tables(parts).combine_chunks()
+        entry.stats = summarize_table(
+            entry.table.select(list(STAT_COLUMNS)),
+            n_planned=manifest.n_planned,
+            comparability=config,
+        )
         runs.append(entry)
 
     models: dict[str, ModelRow] = {}
@@ -413,14 +443,22 @@ def assemble(
     )
 
 
+def _empty_part(group_by: str | None) -> pa.Table:
+    """A run's table before its first block: ``STAT_COLUMNS`` (and the group, if any)."""
+    table = results_schema(STAT_COLUMNS).empty_table()
+    if group_by is None:
+        return table
+    return table.append_column(GROUP_COLUMN, pa.array([], pa.string()))
+
+
 def _groups(runs: list[RunEntry], config: Comparability) -> list[GroupSummary]:
     names = [GROUP_COLUMN, "task_id", "reward", "success"]
     table = pa.concat_tables([r.table.select(names) for r in runs])
     return group_summaries(
-        table[GROUP_COLUMN].to_pylist(),
-        table["task_id"].to_pylist(),
-        table["reward"].to_pylist(),
-        table["success"].to_pylist(),
+        table[GROUP_COLUMN],
+        table["task_id"],
+        table["reward"],
+        table["success"],
         reward_range=config.reward_range,
     )
 

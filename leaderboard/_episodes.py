@@ -6,16 +6,23 @@ registration function, added to the page with a ``<script>`` tag when needed (wo
 
 - ``index-NNNN.js``: ``TASKHUB.index(N, {...})``, the columns the browser filters on (task id,
   sample, outcome, reward, success, steps, error type) of ``chunk_size`` episodes;
-- ``page-NNNNN.js``: ``TASKHUB.page(N, [...])``, the full records of ``page_size`` episodes,
-  copied byte for byte from the results file (JSON is JavaScript), opened one at a time.
+- ``page-NNNNN.js``: ``TASKHUB.page(N, "...")``, the full records of ``page_size`` episodes, each
+  stored once: their lines as in the results file, gzip-compressed and base64-encoded (the
+  browser inflates them with ``DecompressionStream``), opened one page at a time.
 
 Episode ``i`` (in file order) is entry ``i % chunk_size`` of index chunk ``i // chunk_size`` and
-record ``i % page_size`` of page ``i // page_size``.
+record ``i % page_size`` of page ``i // page_size``. Runs are written as they are read, a block
+of records at a time (``EpisodeWriter``), so that a run of any size is never held in memory;
+pages are compressed on worker threads (zlib lets go of the GIL).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,14 +32,27 @@ import pyarrow.compute as pc
 
 from taskhub import OUTCOMES
 
-#: Bytes of records a page file aims at: opening an episode loads one page, and every file
-#: costs its creation (fewer, larger files build faster; ~0.5 MB parses in milliseconds).
-PAGE_BYTES = 512 * 1024
+#: Bytes of records (uncompressed) a page file aims at: opening an episode loads one page, and
+#: every file costs its creation. Compressed, a page is a small fraction of this.
+PAGE_BYTES = 2 * 1024 * 1024
 #: Bounds of the records per page chosen from ``PAGE_BYTES``.
-PAGE_SIZES = (10, 1000)
+PAGE_SIZES = (10, 4000)
 CHUNK_SIZE = 10_000
-# Pages joined per Arrow call: bounds the memory of the joined text.
-_PAGES_PER_BATCH = 100
+#: Columns of ``taskhub.read_results_table`` the episode files are made of.
+EPISODE_COLUMNS = (
+    "task_id",
+    "sample",
+    "outcome",
+    "reward",
+    "success",
+    "num_steps",
+    "error_type",
+    "record_json",
+)
+#: zlib's fastest level: most of a site's build time is compressing trajectories.
+_LEVEL = 1
+#: Pages compressed at once at most, per run (bounds the memory they hold).
+_IN_FLIGHT = 8
 
 
 @dataclass(frozen=True)
@@ -46,51 +66,130 @@ class EpisodeFiles:
     chunks: int
 
 
-def write_episodes(
-    folder: Path, table: pa.Table, *, page_size: int | None = None, chunk_size: int = CHUNK_SIZE
-) -> EpisodeFiles:
-    """Write the index chunks and record pages of one run into ``folder``.
+class EpisodeWriter:
+    """Writes a run's index chunks and record pages as blocks of its episodes arrive.
 
-    Args:
-        folder: Created if missing.
-        table: The run's rows of ``read_results_table``, with ``record_json``.
-        page_size: Records per page file; by default as many as make about ``PAGE_BYTES``.
-        chunk_size: Episodes per index file.
+    Example::
 
-    Returns:
-        The layout written.
+        writer = EpisodeWriter(folder)
+        for table in iter_results_tables(run, columns=EPISODE_COLUMNS):
+            writer.add(table)
+        files = writer.close()
     """
-    folder.mkdir(parents=True, exist_ok=True)
-    count = table.num_rows
-    chunks = -(-count // chunk_size)
-    for chunk in range(chunks):
-        part = table.slice(chunk * chunk_size, chunk_size)
-        data = _index_columns(part)
-        (folder / f"index-{chunk:04d}.js").write_text(
-            f"TASKHUB.index({chunk},{_js(data)});\n", encoding="utf-8"
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        page_size: int | None = None,
+        chunk_size: int = CHUNK_SIZE,
+        executor: Executor | None = None,
+    ) -> None:
+        """Write into ``folder`` (created if missing).
+
+        Args:
+            folder: The run's episode folder.
+            page_size: Records per page file; by default as many as make about
+                ``PAGE_BYTES``, judged from the first block of episodes.
+            chunk_size: Episodes per index file.
+            executor: Where pages are compressed and written (here, one after another, if
+                None).
+        """
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.page_size = page_size
+        self.chunk_size = chunk_size
+        self.executor = executor
+        self.count = 0
+        self._index: list[pa.Table] = []
+        self._index_rows = 0
+        self._records: list[pa.Array] = []
+        self._record_rows = 0
+        self._chunks = 0
+        self._pages = 0
+        self._writing: list[Future[None]] = []
+
+    def add(self, table: pa.Table) -> None:
+        """Add the next episodes: rows of ``read_results_table`` with ``EPISODE_COLUMNS``."""
+        if table.num_rows == 0:
+            return
+        if self.page_size is None:
+            size = pc.sum(pc.binary_length(table["record_json"])).as_py() or 0
+            average = max(size / table.num_rows, 1)
+            self.page_size = min(max(round(PAGE_BYTES / average), PAGE_SIZES[0]), PAGE_SIZES[1])
+        self.count += table.num_rows
+        self._index.append(table.drop_columns(["record_json"]))
+        self._index_rows += table.num_rows
+        records = table["record_json"]
+        self._records.extend(records.chunks if isinstance(records, pa.ChunkedArray) else [records])
+        self._record_rows += table.num_rows
+        self._flush(final=False)
+
+    def close(self) -> EpisodeFiles:
+        """Write what is left and wait for every page; return the layout written (again)."""
+        self._flush(final=True)
+        for future in self._writing:
+            future.result()
+        self._writing = []
+        return EpisodeFiles(
+            count=self.count,
+            page_size=self.page_size or PAGE_SIZES[0],
+            pages=self._pages,
+            chunk_size=self.chunk_size,
+            chunks=self._chunks,
         )
-    if page_size is None:
-        size = pc.sum(pc.binary_length(table["record_json"])).as_py() or 0
-        average = max(size / count, 1) if count else 1
-        page_size = min(max(round(PAGE_BYTES / average), PAGE_SIZES[0]), PAGE_SIZES[1])
-    pages = -(-count // page_size)
-    records = table["record_json"].combine_chunks() if count else None
-    for first in range(0, pages, _PAGES_PER_BATCH):
-        last = min(pages, first + _PAGES_PER_BATCH)
-        start, stop = first * page_size, min(count, last * page_size)
-        assert records is not None
-        batch = records.slice(start, stop - start)
-        bounds = [min(i * page_size, stop - start) for i in range(last - first + 1)]
-        lists = pa.LargeListArray.from_arrays(pa.array(bounds, pa.int64()), batch)
-        joined = pc.binary_join(lists, pa.scalar(",\n", pa.large_string()))
-        for offset, text in enumerate(joined):
-            with (folder / f"page-{first + offset:05d}.js").open("wb") as f:
-                f.write(b"TASKHUB.page(%d,[\n" % (first + offset))
-                f.write(text.as_buffer())
-                f.write(b"\n]);\n")
-    return EpisodeFiles(
-        count=count, page_size=page_size, pages=pages, chunk_size=chunk_size, chunks=chunks
-    )
+
+    def _flush(self, *, final: bool) -> None:
+        while self._index_rows >= self.chunk_size or (final and self._index_rows):
+            part = pa.concat_tables(self._index)
+            chunk, rest = part.slice(0, self.chunk_size), part.slice(self.chunk_size)
+            text = f"TASKHUB.index({self._chunks},{_js(_index_columns(chunk))});\n"
+            (self.folder / f"index-{self._chunks:04d}.js").write_text(text, encoding="utf-8")
+            self._chunks += 1
+            self._index, self._index_rows = [rest], rest.num_rows
+        size = self.page_size or PAGE_SIZES[0]
+        if self._record_rows < size and not (final and self._record_rows):
+            return
+        records = pa.chunked_array(self._records, pa.large_string()).combine_chunks()
+        whole = len(records) if final else len(records) - len(records) % size
+        pages = -(-whole // size)
+        # one JSON Lines text per page, joined in one Arrow call
+        bounds = [min(i * size, whole) for i in range(pages + 1)]
+        lists = pa.LargeListArray.from_arrays(pa.array(bounds, pa.int64()), records.slice(0, whole))
+        joined = pc.binary_join(lists, pa.scalar("\n", pa.large_string()))
+        for text in joined:
+            self._write_page(self._pages, text.as_buffer())
+            self._pages += 1
+        rest = records.slice(whole)
+        self._records, self._record_rows = [rest], len(rest)
+
+    def _write_page(self, number: int, text: pa.Buffer) -> None:
+        job = _page_job(self.folder / f"page-{number:05d}.js", number, text)
+        if self.executor is None:
+            job()
+            return
+        running = []
+        for future in self._writing:
+            if future.done():
+                future.result()  # raises what the page's job raised
+            else:
+                running.append(future)
+        self._writing = running
+        while len(self._writing) >= _IN_FLIGHT:
+            self._writing.pop(0).result()
+        self._writing.append(self.executor.submit(job))
+
+
+def _page_job(path: Path, number: int, text: pa.Buffer) -> Callable[[], None]:
+    def write() -> None:
+        packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, 31)  # 31: a gzip stream
+        packed = packer.compress(memoryview(text)) + packer.flush()
+        with path.open("wb") as f:
+            f.write(b'TASKHUB.page(%d,"' % number)
+            f.write(base64.b64encode(packed))
+            f.write(b'");\n')
+
+    return write
 
 
 def _index_columns(part: pa.Table) -> dict[str, Any]:

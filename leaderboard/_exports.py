@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -18,23 +19,58 @@ from ._board import Cell
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
+#: Bytes of rows a table's JSON file holds at most: a larger table is written in parts, so
+#: that no file of a site is large (a browser or a spreadsheet opens each part at once).
+PART_BYTES = 512 * 1024
+
+
+class TableFiles(str):
+    """Where a table was written: ``data/<name>`` (its first part), and how many parts.
+
+    The text is the path of the first part without extension; part ``i`` (from 0) is
+    ``part(i)``: ``data/<name>``, then ``data/<name>.2``, ``data/<name>.3``...
+    """
+
+    parts: int
+
+    def __new__(cls, path: str, parts: int = 1) -> TableFiles:
+        """The table at ``path`` (without extension), in ``parts`` parts."""
+        files = super().__new__(cls, path)
+        files.parts = parts
+        return files
+
+    def part(self, index: int) -> str:
+        """The path of part ``index`` (from 0), without extension."""
+        return str(self) if index == 0 else f"{self}.{index + 1}"
+
+    @property
+    def names(self) -> list[str]:
+        """The path of every part, without extension."""
+        return [self.part(i) for i in range(self.parts)]
+
+
 def write_table(
-    site: Path, name: str, rows: Sequence[dict[str, Any]] | pd.DataFrame, columns: list[str]
-) -> str:
-    """Write ``data/<name>.csv`` and ``data/<name>.json`` under ``site``.
+    site: Path,
+    name: str,
+    rows: Sequence[dict[str, Any]] | pd.DataFrame,
+    columns: list[str],
+    *,
+    part_bytes: int = PART_BYTES,
+) -> TableFiles:
+    """Write ``data/<name>.csv`` and ``data/<name>.json`` under ``site``, in parts if large.
 
     Args:
         site: The site folder.
         name: Path of the table below ``data/``, without extension.
         rows: One mapping per row, or a frame.
         columns: Columns, in order.
+        part_bytes: Bytes of JSON a part holds at most (a part holds one row at least).
 
     Returns:
-        The path written, relative to the site, without extension (``data/<name>``).
+        The paths written, relative to the site, without extension (``data/<name>``...).
     """
     base = site / "data" / name
     base.parent.mkdir(parents=True, exist_ok=True)
-    csv_path, json_path = (base.parent / f"{base.name}.{ext}" for ext in ("csv", "json"))
     if isinstance(rows, pd.DataFrame):
         frame = rows[columns]
         text_columns = [
@@ -42,29 +78,47 @@ def write_table(
             for c in columns
             if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)
         ]
-        frame.assign(**{c: frame[c].map(_csv_value) for c in text_columns}).to_csv(
-            csv_path, index=False, lineterminator="\n"
-        )
         records = [
             dict(zip(columns, values, strict=True))
             for values in frame.itertuples(index=False, name=None)
         ]
     else:
         records = [{c: row.get(c) for c in columns} for row in rows]
-        text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(
-            {c: "" if r[c] is None else _csv_value(r[c]) for c in columns} for r in records
-        )
-        csv_path.write_text(text.getvalue(), encoding="utf-8")
     # One row per line, each dumped by the C encoder (indent= would use the Python one).
     lines = [
         json.dumps({c: _json_value(v) for c, v in r.items()}, ensure_ascii=False, allow_nan=False)
         for r in records
     ]
-    json_path.write_text("[\n" + ",\n".join(lines) + "\n]\n", encoding="utf-8")
-    return f"data/{name}"
+    bounds = [0]
+    size = 0
+    for index, line in enumerate(lines):
+        length = len(line.encode("utf-8")) + 2
+        if size and size + length > part_bytes:
+            bounds.append(index)
+            size = 0
+        size += length
+    bounds.append(len(lines))
+    files = TableFiles(f"data/{name}", len(bounds) - 1)
+    for part, (start, stop) in enumerate(itertools.pairwise(bounds)):
+        path = site / files.part(part)
+        if isinstance(rows, pd.DataFrame):
+            piece = frame.iloc[start:stop]
+            piece.assign(**{c: piece[c].map(_csv_value) for c in text_columns}).to_csv(
+                path.with_name(path.name + ".csv"), index=False, lineterminator="\n"
+            )
+        else:
+            text = io.StringIO()
+            writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(
+                {c: "" if r[c] is None else _csv_value(r[c]) for c in columns}
+                for r in records[start:stop]
+            )
+            path.with_name(path.name + ".csv").write_text(text.getvalue(), encoding="utf-8")
+        path.with_name(path.name + ".json").write_text(
+            "[\n" + ",\n".join(lines[start:stop]) + "\n]\n", encoding="utf-8"
+        )
+    return files
 
 
 def _csv_value(value: Any) -> Any:

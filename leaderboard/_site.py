@@ -22,6 +22,7 @@ import logging
 import math
 import shutil
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from taskhub import OUTCOMES, ConfigError, __version__
+from taskhub import OUTCOMES, ConfigError, __version__, redact_url
 
 from ._board import (
     VERDICT_ORDER,
@@ -42,8 +43,8 @@ from ._board import (
     TasksetColumn,
     assemble,
 )
-from ._episodes import CHUNK_SIZE, EpisodeFiles, write_episodes
-from ._exports import model_index, write_table
+from ._episodes import CHUNK_SIZE, EpisodeFiles, EpisodeWriter
+from ._exports import PART_BYTES, TableFiles, model_index, write_table
 from ._inputs import Inputs, Resolver, resolve_inputs
 from ._plots import Distribution, distribution_plot, histogram_plot
 
@@ -89,6 +90,7 @@ def build_site(
     resolvers: Sequence[Resolver] = (),
     page_size: int | None = None,
     chunk_size: int = CHUNK_SIZE,
+    part_bytes: int = PART_BYTES,
     group_by: str | None = None,
 ) -> SiteInfo:
     """Build the static leaderboard site of ``sources`` into ``out``.
@@ -105,6 +107,8 @@ def build_site(
         page_size: Episodes per trajectory file of the episode browser (by default, as many
             as make about half a megabyte).
         chunk_size: Episodes per index file of the episode browser.
+        part_bytes: Bytes of JSON a data table's file holds at most (larger tables are
+            written in parts).
         group_by: A task field (``metadata.family``, ``difficulty``...) to break every
             (model, taskset) cell down by, with per-group intervals.
 
@@ -115,26 +119,37 @@ def build_site(
         ConfigError: ``out`` holds something else, or an input cannot be read.
         ResultsError: A run or report is malformed.
     """
-    if (page_size is not None and page_size < 1) or chunk_size < 1:
-        raise ValueError("page_size and chunk_size must be positive")
+    if (page_size is not None and page_size < 1) or chunk_size < 1 or part_bytes < 1:
+        raise ValueError("page_size, chunk_size and part_bytes must be positive")
     inputs = (
         sources if isinstance(sources, Inputs) else resolve_inputs(sources, resolvers=resolvers)
     )
     out = Path(out)
     _prepare(out)
-    files: dict[str, EpisodeFiles] = {}
+    writers: dict[str, EpisodeWriter] = {}
+    # Pages are compressed on two threads while the next records are read.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="taskhub-pages") as executor:
 
-    def write_run_episodes(run: RunEntry) -> None:
-        files[run.slug] = write_episodes(
-            out / "runs" / run.slug, run.table, page_size=page_size, chunk_size=chunk_size
-        )
+        def run_episodes(run: RunEntry) -> EpisodeWriter:
+            writer = EpisodeWriter(
+                out / "runs" / run.slug,
+                page_size=page_size,
+                chunk_size=chunk_size,
+                executor=executor,
+            )
+            writers[run.slug] = writer
+            return writer
 
-    board = assemble(inputs, validate=validate, each_run=write_run_episodes, group_by=group_by)
+        board = assemble(inputs, validate=validate, episodes=run_episodes, group_by=group_by)
+        files = {slug: writer.close() for slug, writer in writers.items()}
     assets = out / "assets"
     assets.mkdir()
     for name in ("style.css", "table.js", "episodes.js"):
         shutil.copyfile(HERE / "static" / name, assets / name)
-    pages = _Renderer(out, board, title=title, timestamp=timestamp, files=files).render()
+    renderer = _Renderer(
+        out, board, title=title, timestamp=timestamp, files=files, part_bytes=part_bytes
+    )
+    pages = renderer.render()
     (out / MARKER).write_text("A static site built by taskhub leaderboard build.\n")
     return SiteInfo(
         path=out,
@@ -215,11 +230,13 @@ class _Renderer:
         title: str,
         timestamp: str | None,
         files: dict[str, EpisodeFiles],
+        part_bytes: int = PART_BYTES,
     ) -> None:
         self.out = out
+        self.part_bytes = part_bytes
         self.board = board
         self.files = files
-        self.tables: list[tuple[str, str]] = []
+        self.tables: list[tuple[str, TableFiles]] = []
         self.model_cards: list[tuple[ModelRow, TasksetColumn, str]] = []
         self.pages = 0
         self.env = Environment(
@@ -300,10 +317,10 @@ class _Renderer:
         name: str,
         rows: list[dict[str, Any]] | pd.DataFrame,
         columns: list[str] | None = None,
-    ) -> str:
+    ) -> TableFiles:
         if columns is None:
             columns = list(rows.columns) if isinstance(rows, pd.DataFrame) else _columns(rows)
-        path = write_table(self.out, name, rows, columns)
+        path = write_table(self.out, name, rows, columns, part_bytes=self.part_bytes)
         self.tables.append((title, path))
         return path
 
@@ -639,7 +656,7 @@ def _run_row(run: RunEntry) -> dict[str, Any]:
         "status": m.status,
         "model": m.model.spec,
         "provider": m.model.provider,
-        "base_url": m.model.base_url,
+        "base_url": redact_url(m.model.base_url) if m.model.base_url else None,
         "sampling": m.model.sampling.model_dump(mode="json"),
         "taskset": m.taskset.name,
         "split": m.split,

@@ -42,6 +42,8 @@ STAT_COLUMNS = (
     "prompt_tokens",
     "completion_tokens",
     "model_calls",
+    "cache_hits",
+    "cache_misses",
     "duration_s",
     "env_time_s",
     "reward_components",
@@ -179,6 +181,7 @@ def summarize_table(
         reward_range=total_range,
         interval="t" if total_range is None else "bounded",
         components=_components(table, task_ids, ranges),
+        model_cache=_cache(table),
     )
     return Stats(
         summary=summary,
@@ -187,6 +190,12 @@ def summarize_table(
         env_requests=int((steps[not_infra] + 1).sum()),
         env_time_s=math.fsum(env_time[not_infra].tolist()),
     )
+
+
+def _cache(table: pa.Table) -> dict[str, int] | None:
+    hits = int(pc.sum(table["cache_hits"]).as_py() or 0)
+    misses = int(pc.sum(table["cache_misses"]).as_py() or 0)
+    return {"hits": hits, "misses": misses} if hits or misses else None
 
 
 def _valid(column: pa.ChunkedArray | pa.Array) -> np.ndarray[Any, np.dtype[np.bool_]]:

@@ -1,7 +1,9 @@
 """Adapters for user code: ``python:MODULE:FN``, ``trl:MODULE:FN``, ``openenv:MODULE:RUBRIC``.
 
-MODULE is imported from the Python path (the current directory is tried too), so a reward the
-training code already has is used as it is:
+MODULE is imported from the Python path, so a reward the training code already has is used as it
+is. The current directory is not on that path (a taskset folder may ship a module of the same
+name): put your own folder there with ``PYTHONPATH``. A spec from a taskset's rows or card is
+refused unless the user trusts its code (``--trust-remote-code``, see ``taskhub._trust``):
 
 - ``python:pkg.mod:fn``, per episode; each parameter is filled by name (``PYTHON_ARGUMENTS``):
   ``def score(completion, answer): return float(completion.strip() == answer)``.
@@ -26,7 +28,6 @@ import functools
 import importlib
 import importlib.metadata
 import inspect
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -69,12 +70,13 @@ def _import(name: str) -> Any:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        # `taskhub` is a console script: the current directory is not on sys.path
-        cwd = os.getcwd()
-        if exc.name != name.split(".")[0] or cwd in sys.path or "" in sys.path:
+        if exc.name != name.split(".")[0]:
             raise
-        sys.path.append(cwd)
-        return importlib.import_module(name)
+        raise ModuleNotFoundError(
+            f"{exc}; the current directory is not on the Python path: add the module's folder "
+            "to PYTHONPATH",
+            name=exc.name,
+        ) from None
 
 
 @functools.cache
@@ -175,7 +177,7 @@ PYTHON_ARGUMENTS: dict[str, Callable[[EpisodeRecord], Any]] = {
 }
 
 
-@reward("python", spec_arg="target")
+@reward("python", spec_arg="target", imports_code=True)
 def python_reward(*, target: str) -> RewardFn:
     """Your function per episode: python:MODULE:FN, its arguments filled by name (completion...)."""
     label = f"python:{target}"
@@ -314,7 +316,7 @@ class TrlBatch:
         return list(values)
 
 
-@reward("trl", spec_arg="target")
+@reward("trl", spec_arg="target", imports_code=True)
 def trl_reward(*, target: str) -> RewardFn:
     """A TRL reward function: trl:MODULE:FN, per batch (prompts=, completions=, dataset columns)."""
     return TrlBatch(
@@ -360,7 +362,7 @@ def _rubric_factory(obj: Any, label: str) -> Callable[[], Any]:
     return factory
 
 
-@reward("openenv", spec_arg="target")
+@reward("openenv", spec_arg="target", imports_code=True)
 def openenv_rubric(*, target: str) -> RewardFn:
     """An OpenEnv rubric replayed over the stored steps: openenv:MODULE:RUBRIC, values summed."""
     label = f"openenv:{target}"

@@ -10,11 +10,12 @@ The pool is independent of any event loop: ``submit`` returns a ``concurrent.fut
 and ``run`` awaits it from asyncio. One manager thread feeds the workers (a few jobs ahead, so
 the pipe round trip does not idle them), collects results and enforces deadlines.
 
-Workers are fresh interpreters (``python -m taskhub.rewards._worker FD PID``) talking over a
-socket pair: never forked from a process that runs threads (a lock held at fork time deadlocks
-the child), and unlike multiprocessing's spawn and forkserver they never re-run the user's
-``__main__`` module, so a script without an ``if __name__ == "__main__":`` guard works. They
-stop at interpreter exit, or on their own when the process that owns them dies.
+Workers are fresh interpreters (``python -P -c BOOTSTRAP FD PID``, which imports
+``taskhub.rewards._worker``) talking over a socket pair: never forked from a process that runs
+threads (a lock held at fork time deadlocks the child), and unlike multiprocessing's spawn and
+forkserver they never re-run the user's ``__main__`` module, so a script without an
+``if __name__ == "__main__":`` guard works. They stop at interpreter exit, or on their own when
+the process that owns them dies.
 
 ```
 submit() ──► queue ──► manager thread ──► socket ──► worker: fn(*args), one job at a time
@@ -59,8 +60,20 @@ _STOP_GRACE_S = 2.0
 _WORKER_MODULE = __name__.rpartition(".")[0] + "._worker"
 #: The job id of a worker's "ready" message (``_worker.READY``).
 READY = -1
-#: Workers that die before they are ready, in a row, before the pool gives up.
-_STARTUP_ATTEMPTS = 3
+#: What a worker runs first: it imports the worker module and says why when it cannot (an
+#: install shadowed by a partial source tree, a broken environment), so that the pool fails
+#: at once with that error instead of waiting for workers that will never start.
+_BOOTSTRAP = f"""
+import sys
+from multiprocessing.connection import Connection
+conn = Connection(int(sys.argv[1]))
+try:
+    from {_WORKER_MODULE} import main
+except BaseException as exc:
+    conn.send(({READY}, False, f"{{type(exc).__name__}}: {{exc}}"))
+    raise SystemExit(1)
+main(conn, int(sys.argv[2]), sys.argv[3:])
+"""
 
 
 @dataclass
@@ -123,7 +136,6 @@ class RewardPool:
         self._thread: threading.Thread | None = None
         self._closing = False
         self._why = "the reward pool is shut down"
-        self._startup_failures = 0
         # a byte in this pipe wakes the manager; both ends are non-blocking (a full pipe
         # already means "wake up")
         self._wake_r, self._wake_w = os.pipe()
@@ -225,8 +237,11 @@ class RewardPool:
             process = subprocess.Popen(  # stdout: a worker prints nothing the owner wants
                 [
                     sys.executable,
-                    "-m",
-                    _WORKER_MODULE,
+                    # -P: the current directory is not put first on sys.path, where a source
+                    # tree there would shadow the install this process imports
+                    "-P",
+                    "-c",
+                    _BOOTSTRAP,
                     str(theirs.fileno()),
                     str(os.getpid()),
                     *self.preload,
@@ -334,9 +349,11 @@ class RewardPool:
         try:
             while True:
                 job_id, ok, value = worker.conn.recv()
+                if job_id == READY and not ok:  # it cannot import the worker: none can
+                    self._fail_to_start(index, str(value))
+                    return
                 if job_id == READY:
                     worker.ready = True
-                    self._startup_failures = 0
                     if all(w is not None and w.ready for w in self._workers):
                         self._all_ready.set()
                 else:
@@ -359,16 +376,23 @@ class RewardPool:
                 worker.process.kill()
                 code = worker.process.wait()
             if not worker.ready:
-                self._startup_failures += 1
-                if self._startup_failures >= _STARTUP_ATTEMPTS:
-                    self._close(
-                        f"reward worker processes cannot start (exit code {code}; "
-                        "their error, if any, is on stderr)"
-                    )
-                    self._set_worker(index, None)
-                    worker.conn.close()
-                    return
+                # dying before its first job is no accident of one call: every worker would
+                self._fail_to_start(index, f"exit code {code}; its error, if any, is on stderr")
+                return
             self._replace(index, f"its worker process died (exit code {code})")
+
+    def _fail_to_start(self, index: int, why: str) -> None:
+        """Close the pool: a worker could not start, so no call would ever run."""
+        worker = self._workers[index]
+        assert worker is not None
+        message = f"reward worker processes cannot start ({why})"
+        logger.error("%s", message)
+        self._close(message)
+        self._set_worker(index, None)
+        worker.conn.close()
+        if worker.process.poll() is None:
+            worker.process.kill()
+        worker.process.wait()
 
     def _enforce_deadlines(self) -> None:
         now = time.monotonic()

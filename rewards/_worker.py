@@ -1,4 +1,7 @@
-"""A reward worker process: ``python -m taskhub.rewards._worker FD PARENT_PID [MODULE...]``.
+"""A reward worker process: ``main(conn, parent_pid, preload)``, run by the pool's bootstrap.
+
+The pool starts ``python -P -c BOOTSTRAP FD PARENT_PID [MODULE...]``; the bootstrap imports this
+module (or reports why it cannot) and calls ``main``.
 
 It reads batches of pickled ``(fn, args)`` jobs from the socket ``FD`` and answers each job as
 soon as it is done with ``(job_id, ok, result or "TypeName: message")``. See ``_pool``.

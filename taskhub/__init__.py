@@ -10,6 +10,7 @@ from __future__ import annotations
 from taskhub._agent import parse_action
 from taskhub._comparability import comparability, describe_differences, total_range
 from taskhub._compare import RunComparison, TaskChange, compare_runs
+from taskhub._episode import EpisodePlan, plan_episode, record_episode
 from taskhub._errors import (
     AgentFormatError,
     ConfigError,
@@ -25,6 +26,7 @@ from taskhub._errors import (
     ModelAuthError,
     ModelError,
     PluginError,
+    RemoteCodeError,
     ResultsError,
     RewardError,
     SchemaError,
@@ -46,13 +48,20 @@ from taskhub._results import (
     iter_results,
     read_manifest,
     read_results,
-    read_results_table,
     read_run,
     summarize,
     summarize_groups,
     task_field,
     write_manifest,
     write_results,
+)
+from taskhub._results_table import (
+    RESULT_COLUMNS,
+    index_results,
+    iter_results_tables,
+    read_results_table,
+    results_schema,
+    task_field_column,
 )
 from taskhub._rewards import (
     BoundReward,
@@ -113,6 +122,7 @@ from taskhub._stats import (
     wilson_interval,
 )
 from taskhub._taskset import Taskset, builtin_tasksets, load_taskset, read_card
+from taskhub._urls import redact_url
 from taskhub._version import __version__
 from taskhub.hub import (
     ProfileResult,
@@ -148,6 +158,7 @@ __all__ = [
     "EnvLaunchError",
     "EnvProtocolError",
     "EnvTimeout",
+    "EpisodePlan",
     "EpisodeRecord",
     "ErrorInfo",
     "EvalConfig",
@@ -163,8 +174,10 @@ __all__ = [
     "ProfileResult",
     "Progress",
     "PushResult",
+    "RESULT_COLUMNS",
     "RedactionReport",
     "Redactor",
+    "RemoteCodeError",
     "ResultsError",
     "RewardComponent",
     "RewardError",
@@ -212,8 +225,10 @@ __all__ = [
     "evaluate",
     "evaluate_async",
     "group_summaries",
+    "index_results",
     "init_taskset",
     "iter_results",
+    "iter_results_tables",
     "load_taskset",
     "mcnemar_exact",
     "mean_ci",
@@ -221,6 +236,7 @@ __all__ = [
     "paired_difference",
     "parse_action",
     "pass_at_k",
+    "plan_episode",
     "profile_taskset",
     "pull_results",
     "push_results",
@@ -230,12 +246,15 @@ __all__ = [
     "read_results",
     "read_results_table",
     "read_run",
+    "record_episode",
     "redact_run",
+    "redact_url",
     "registry",
     "rescore",
     "rescore_async",
     "rescore_record",
     "rescore_records",
+    "results_schema",
     "resume",
     "resume_async",
     "reward",
@@ -245,6 +264,7 @@ __all__ = [
     "summarize",
     "summarize_groups",
     "task_field",
+    "task_field_column",
     "total_range",
     "total_reward",
     "validator",

@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 
 from taskhub._errors import AgentFormatError, EnvProtocolError
+from taskhub._limits import loads_bounded
 from taskhub._schema import (
     ChatMessage,
     SamplingParams,
@@ -86,8 +87,8 @@ def _readings(text: str, schema: dict[str, Any] | None) -> Iterator[dict[str, An
 
     for chunk in objects():
         try:
-            value = json.loads(chunk)
-        except (json.JSONDecodeError, ValueError):
+            value = loads_bounded(chunk)
+        except ValueError:
             continue
         if isinstance(value, dict):
             had_field = had_field or (field is not None and field in value)
@@ -234,7 +235,7 @@ async def run_episode(
         "action_schema_json": json.dumps(public_schema, indent=2) if public_schema else "{}",
         "text_field": text_field(action_schema),
     }
-    system = templates.render("system", **variables)
+    system = await templates.render_async("system", **variables)
     if system:
         trace.messages.append(ChatMessage(role="system", content=system))
     observation, reward = result.observation, None
@@ -248,11 +249,8 @@ async def run_episode(
             "reward": reward,
             "step": index,
         }
-        trace.messages.append(
-            ChatMessage.model_construct(
-                role="user", content=templates.render("first" if index == 0 else "step", **turn)
-            )
-        )
+        content = await templates.render_async("first" if index == 0 else "step", **turn)
+        trace.messages.append(ChatMessage.model_construct(role="user", content=content))
         context = TurnContext(task, observation, action_schema, index, episode_seed)
         action, reply, format_errors, model_s = await _next_action(
             model, trace, sampling, context, action_schema, format_retries
@@ -308,6 +306,11 @@ async def _next_action(
         trace.model_time_s += elapsed
         trace.usage.add(generation.usage)
         trace.messages.append(ChatMessage(role="assistant", content=generation.text))
+        if generation.finish_reason == "cut":  # stored cut and marked, never sent to the env
+            raise AgentFormatError(
+                "the reply was over the model's reply size limit: it was cut and not used",
+                reply=generation.text[-200:],
+            )
         try:
             return parse_action(generation.text, action_schema), generation.text, errors, model_s
         except AgentFormatError as exc:

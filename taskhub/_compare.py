@@ -7,20 +7,26 @@ or split, other rewards, env or step limit: see ``taskhub.comparability``); diff
 and sampling parameters are what one compares, and are reported.
 
 Everything is computed from columns (task ids, samples, rewards, successes), so the same code
-serves a list of records and an Arrow table.
+serves a list of records and the columns of a results table (a run of any size).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Literal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from taskhub._comparability import comparability, describe_differences
 from taskhub._errors import ResultsError
-from taskhub._results import Run
+from taskhub._results import Run, read_manifest
+from taskhub._results_table import read_results_table
+from taskhub._schema import RunManifest
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 from taskhub._stats import mcnemar_exact, paired_difference, pass_at_k
 
 Change = Literal["fixed", "regressed", "unchanged"]
@@ -115,54 +121,98 @@ class RunComparison(BaseModel):
     """Every shared task, regressions first, then fixes, then the unchanged, each by id."""
 
 
-def _per_task(
-    tasks: Sequence[str], rewards: Sequence[float | None], successes: Sequence[bool | None]
-) -> dict[str, tuple[list[float], list[bool]]]:
-    out: dict[str, tuple[list[float], list[bool]]] = {}
-    for task, reward_value, success in zip(tasks, rewards, successes, strict=True):
-        values, judged = out.setdefault(task, ([], []))
-        if reward_value is not None:
-            values.append(reward_value)
-        if success is not None:
-            judged.append(success)
-    return out
+#: Columns of ``read_results_table`` a comparison reads.
+COMPARE_COLUMNS = ("task_id", "sample", "reward", "success")
+#: One run's columns: task ids, sample indices, total rewards, successes (sequences or Arrow).
+Columns = tuple[Any, Any, Any, Any]
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return math.fsum(values) / len(values) if values else None
+@dataclass(frozen=True)
+class _Side:
+    """One run's per-task numbers, from its columns."""
+
+    table: pa.Table
+    """Judged episodes: ``task_id``, ``sample``, ``success``."""
+    means: dict[str, float | None]
+    rates: dict[str, float | None]
+    judged: dict[str, int]
+    successes: dict[str, int]
 
 
-def compare_columns(
-    a: tuple[Sequence[str], Sequence[int], Sequence[float | None], Sequence[bool | None]],
-    b: tuple[Sequence[str], Sequence[int], Sequence[float | None], Sequence[bool | None]],
-) -> dict[str, object]:
+def _arrow(values: Any, kind: pa.DataType) -> pa.Array:
+    import pyarrow as pa
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values.cast(kind)
+    return pa.array(list(values), kind)
+
+
+def _side(columns: Columns) -> _Side:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    tasks = _arrow(columns[0], pa.string())
+    samples = _arrow(columns[1], pa.int64())
+    rewards = _arrow(columns[2], pa.float64())
+    successes = _arrow(columns[3], pa.bool_())
+    if not len(tasks) == len(samples) == len(rewards) == len(successes):
+        raise ValueError("a run's columns must have one length")
+    encoded = pc.dictionary_encode(tasks)
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    names: list[str] = encoded.dictionary.to_pylist()
+    count = len(names)
+    has_reward = rewards.is_valid().to_numpy(zero_copy_only=False)
+    reward = pc.fill_null(rewards, 0.0).to_numpy(zero_copy_only=False)
+    judged = successes.is_valid().to_numpy(zero_copy_only=False)
+    success = pc.fill_null(successes, False).to_numpy(zero_copy_only=False)
+    rewarded = np.bincount(codes, weights=has_reward, minlength=count)
+    reward_sum = np.bincount(codes, weights=np.where(has_reward, reward, 0.0), minlength=count)
+    task_judged = np.bincount(codes, weights=judged, minlength=count).astype(np.int64)
+    task_successes = np.bincount(codes, weights=judged & success, minlength=count)
+    task_successes = task_successes.astype(np.int64)
+    return _Side(
+        table=pa.table({"task_id": tasks, "sample": samples, "success": successes}).filter(
+            pa.array(judged)
+        ),
+        means={
+            name: float(reward_sum[i] / rewarded[i]) if rewarded[i] else None
+            for i, name in enumerate(names)
+        },
+        rates={
+            name: float(task_successes[i] / task_judged[i]) if task_judged[i] else None
+            for i, name in enumerate(names)
+        },
+        judged=dict(zip(names, task_judged.tolist(), strict=True)),
+        successes=dict(zip(names, task_successes.tolist(), strict=True)),
+    )
+
+
+def compare_columns(a: Columns, b: Columns) -> dict[str, object]:
     """The paired numbers of two runs given as columns.
 
     Args:
         a: Run A's ``(task ids, sample indices, total rewards, successes)``, one entry per
-            episode (None: not rewarded, not judged).
+            episode (None: not rewarded, not judged): sequences, or Arrow arrays (the columns
+            of a results table, so that a run of any size is compared without its records).
         b: Run B's, the same way.
 
     Returns:
         The fields of ``RunComparison`` that are numbers: ``shared_tasks``, ``only_a``,
         ``only_b``, ``counts``, ``reward``, ``success``, ``mcnemar``, ``pass_at_k``, ``tasks``.
     """
-    per_a = _per_task(a[0], a[2], a[3])
-    per_b = _per_task(b[0], b[2], b[3])
-    shared = sorted(set(per_a) & set(per_b))
+    import pyarrow.compute as pc
+
+    side_a, side_b = _side(a), _side(b)
+    shared = sorted(set(side_a.means) & set(side_b.means))
     changes = []
     for task in shared:
-        (values_a, judged_a), (values_b, judged_b) = per_a[task], per_b[task]
-        rate_a = _mean([float(x) for x in judged_a])
-        rate_b = _mean([float(x) for x in judged_b])
-        mean_a, mean_b = _mean(values_a), _mean(values_b)
+        rate_a, rate_b = side_a.rates[task], side_b.rates[task]
+        mean_a, mean_b = side_a.means[task], side_b.means[task]
         left, right = (
-            (rate_a, rate_b)
-            if rate_a is not None and rate_b is not None
-            else (
-                mean_a,
-                mean_b,
-            )
+            (rate_a, rate_b) if rate_a is not None and rate_b is not None else (mean_a, mean_b)
         )
         change: Change = "unchanged"
         if left is not None and right is not None and left != right:
@@ -190,29 +240,33 @@ def compare_columns(
         ci = (low, high) if low is not None and high is not None else None
         return PairedEstimate(difference=diff, stderr=stderr, ci95=ci, tasks=count)
 
-    success_a = {(t, s): v for t, s, v in zip(a[0], a[1], a[3], strict=True) if v is not None}
-    success_b = {(t, s): v for t, s, v in zip(b[0], b[1], b[3], strict=True) if v is not None}
-    pairs = [(success_a[k], success_b[k]) for k in success_a if k in success_b]
-    only_a = sum(1 for x, y in pairs if x and not y)
-    only_b = sum(1 for x, y in pairs if y and not x)
+    # episodes paired by (task, sample), both judged
+    pairs = side_a.table.join(
+        side_b.table, keys=["task_id", "sample"], join_type="inner", right_suffix="_b"
+    )
+    left_success = pc.fill_null(pairs["success"], False).to_numpy(zero_copy_only=False)
+    right_success = pc.fill_null(pairs["success_b"], False).to_numpy(zero_copy_only=False)
+    only_a = int((left_success & ~right_success).sum())
+    only_b = int((right_success & ~left_success).sum())
 
     passk: dict[str, dict[str, float]] = {}
     counted = [
-        (len(per_a[t][1]), sum(per_a[t][1]), len(per_b[t][1]), sum(per_b[t][1])) for t in shared
+        (side_a.judged[t], side_a.successes[t], side_b.judged[t], side_b.successes[t])
+        for t in shared
     ]
     counted = [c for c in counted if c[0] and c[2]]
     if counted:
         max_k = min(min(c[0], c[2]) for c in counted)
         k = 1
         while k <= max_k:
-            left = math.fsum(pass_at_k(n, c, k) for n, c, _, _ in counted) / len(counted)
-            right = math.fsum(pass_at_k(n, c, k) for _, _, n, c in counted) / len(counted)
-            passk[f"pass@{k}"] = {"a": left, "b": right, "delta": right - left}
+            before = math.fsum(pass_at_k(n, c, k) for n, c, _, _ in counted) / len(counted)
+            after = math.fsum(pass_at_k(n, c, k) for _, _, n, c in counted) / len(counted)
+            passk[f"pass@{k}"] = {"a": before, "b": after, "delta": after - before}
             k *= 2
     return {
         "shared_tasks": len(shared),
-        "only_a": sorted(set(per_a) - set(per_b)),
-        "only_b": sorted(set(per_b) - set(per_a)),
+        "only_a": sorted(set(side_a.means) - set(side_b.means)),
+        "only_b": sorted(set(side_b.means) - set(side_a.means)),
         "counts": {
             name: sum(1 for c in changes if c.change == name)
             for name in ("fixed", "regressed", "unchanged")
@@ -220,47 +274,62 @@ def compare_columns(
         "reward": estimate("mean"),
         "success": estimate("pass_rate"),
         "mcnemar": McNemar(
-            pairs=len(pairs), only_a=only_a, only_b=only_b, p_value=mcnemar_exact(only_a, only_b)
+            pairs=pairs.num_rows,
+            only_a=only_a,
+            only_b=only_b,
+            p_value=mcnemar_exact(only_a, only_b),
         ),
         "pass_at_k": passk,
         "tasks": changes,
     }
 
 
-def compare_runs(a: Run, b: Run) -> RunComparison:
-    """Compare run B against run A, task by task.
+def _manifest(run: Run | Path | str) -> RunManifest:
+    return run.manifest if isinstance(run, Run) else read_manifest(Path(run))
 
-    Raises:
-        ResultsError: The runs' scores do not compare: they ran another taskset commit or
-            split, or scored with other rewards, env or step limit (the difference is named).
-    """
-    config_a, config_b = comparability(a.manifest), comparability(b.manifest)
-    refused = describe_differences(config_a, config_b, sampling=False)
-    if refused:
-        raise ResultsError(
-            f"runs {a.manifest.run_id} and {b.manifest.run_id} do not compare: "
-            + "; ".join(refused)
-            + ". Compare runs of one taskset commit and split, scored the same way (re-score "
-            "one with `taskhub rescore RUN --reward ...` to match the other's rewards)."
-        )
 
-    def columns(
-        run: Run,
-    ) -> tuple[list[str], list[int], list[float | None], list[bool | None]]:
+def _columns(run: Run | Path | str) -> Columns:
+    if isinstance(run, Run):
         return (
             [r.task_id for r in run.records],
             [r.sample for r in run.records],
             [r.reward for r in run.records],
             [r.success for r in run.records],
         )
+    table = read_results_table(Path(run), columns=COMPARE_COLUMNS)
+    return table["task_id"], table["sample"], table["reward"], table["success"]
 
-    numbers = compare_columns(columns(a), columns(b))
+
+def compare_runs(a: Run | Path | str, b: Run | Path | str) -> RunComparison:
+    """Compare run B against run A, task by task.
+
+    Args:
+        a: Run A: a run read with ``read_run``, or its directory (read as columns: a run of
+            any size is compared without holding its records).
+        b: Run B, the same way.
+
+    Raises:
+        ResultsError: The runs' scores do not compare: they ran another taskset commit or
+            split, or scored with other rewards, env or step limit (the difference is named);
+            or a directory is not a run.
+    """
+    manifest_a, manifest_b = _manifest(a), _manifest(b)
+    config_a, config_b = comparability(manifest_a), comparability(manifest_b)
+    refused = describe_differences(config_a, config_b, sampling=False)
+    if refused:
+        raise ResultsError(
+            f"runs {manifest_a.run_id} and {manifest_b.run_id} do not compare: "
+            + "; ".join(refused)
+            + ". Compare runs of one taskset commit and split, scored the same way (re-score "
+            "one with `taskhub rescore RUN --reward ...` to match the other's rewards)."
+        )
+    numbers = compare_columns(_columns(a), _columns(b))
     return RunComparison.model_validate(
         {
-            "run_a": a.manifest.run_id,
-            "run_b": b.manifest.run_id,
-            "model_a": a.manifest.model.spec,
-            "model_b": b.manifest.model.spec,
+            "run_a": manifest_a.run_id,
+            "run_b": manifest_b.run_id,
+            "model_a": manifest_a.model.spec,
+            "model_b": manifest_b.model.spec,
             "taskset": config_a.taskset,
             "split": config_a.split,
             "differences": describe_differences(config_a, config_b),

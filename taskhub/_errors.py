@@ -3,7 +3,7 @@
 ```
 TaskhubError
 ├── ConfigError
-├── TasksetError        ── TasksetNotFound, SchemaError
+├── TasksetError        ── TasksetNotFound, SchemaError, RemoteCodeError
 ├── EnvError            ── EnvConnectError, EnvProtocolError, EnvExecutionError, EnvTimeout,
 │                          EnvCapacityError, EnvClosedError, EnvLaunchError
 ├── ModelError          ── ModelAuthError
@@ -70,6 +70,18 @@ class SchemaError(TasksetError):
         self.row = row
         self.field = field
         self.split = split
+
+
+class RemoteCodeError(TasksetError):
+    """Raised when a taskset's rows or card would run code the user has not said to trust.
+
+    Attributes:
+        specs: Each offending spec with where it comes from (``card rewards: python:m:f``).
+    """
+
+    def __init__(self, message: str, *, specs: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.specs = list(specs)
 
 
 class EnvError(TaskhubError):

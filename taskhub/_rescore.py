@@ -24,14 +24,17 @@ from typing import Any
 
 from taskhub._comparability import build_comparability, reward_infos
 from taskhub._errors import ConfigError, ResultsError
+from taskhub._lock import RunLock
 from taskhub._results import (
     EPISODES,
+    SUMMARY_COLUMNS,
     ResultsWriter,
+    iter_results,
     read_manifest,
-    read_results,
     summarize,
     write_manifest,
 )
+from taskhub._results_table import read_results_table
 from taskhub._rewards import BoundReward, RewardSet, score_episode
 from taskhub._runner import Progress, RunResult, _now, new_run_id
 from taskhub._schema import (
@@ -226,10 +229,11 @@ async def rescore_async(
         success_threshold = parent.config.success_threshold
     if success_threshold is None:
         success_threshold = _card_threshold(parent.taskset)
-    records = read_results(source)
+    # Records are read one at a time as they are scored: a run of any size fits in memory.
+    total = read_results_table(source, columns=["sample"]).num_rows
     if parent.status != "completed":
         logger.warning(
-            "%s is %s: re-scoring the %d episodes it holds", source, parent.status, len(records)
+            "%s is %s: re-scoring the %d episodes it holds", source, parent.status, total
         )
     run_id = new_run_id(parent.config, parent.taskset.name)
     target = Path(run_dir) if run_dir is not None else Path(output_dir or source.parent) / run_id
@@ -252,7 +256,7 @@ async def rescore_async(
                 "finished_at": now if status == "completed" else None,
                 "config": config,
                 "rewards": reward_set.plugins(),
-                "n_planned": len(records),
+                "n_planned": total,
                 "host": {
                     "python": platform.python_version(),
                     "platform": platform.platform(),
@@ -264,26 +268,28 @@ async def rescore_async(
                 "success_threshold": success_threshold,
             }
         )
-        infos, total = reward_infos([bound])
-        derived.comparability = build_comparability(derived, infos, total)
+        infos, reward_range = reward_infos([bound])
+        derived.comparability = build_comparability(derived, infos, reward_range)
         return derived
 
+    lock = RunLock(target).acquire()  # one writer per run directory
+    if (target / "run.json").exists():
+        lock.release()
+        raise ResultsError(f"{target} already holds a run; choose another --run-dir")
     write_manifest(target, manifest("running"))
     if progress:
-        progress.start(len(records), 0)
-    rescored: list[EpisodeRecord] = []
+        progress.start(total, 0)
     status: RunStatus = "failed"
     try:
         with ResultsWriter(target / EPISODES) as writer:
             async for record in rescore_records(
-                records,
+                iter_results(source),
                 bound,
                 success_threshold=success_threshold,
                 run_id=run_id,
                 concurrency=concurrency,
             ):
                 writer.write(record)
-                rescored.append(record)
                 if progress:
                     progress.update(record)
         status = "completed"
@@ -291,11 +297,15 @@ async def rescore_async(
         status = "interrupted"
         raise
     finally:
-        if progress:
-            progress.complete()
-        write_manifest(target, manifest(status))
+        try:
+            if progress:
+                progress.complete()
+            write_manifest(target, manifest(status))
+        finally:
+            lock.release()
     final = read_manifest(target)
-    summary = summarize(rescored, n_planned=len(records), comparability=final.comparability)
+    table = read_results_table(target, columns=SUMMARY_COLUMNS)
+    summary = summarize(table, n_planned=total, comparability=final.comparability)
     return RunResult(target, final, summary)
 
 

@@ -8,33 +8,42 @@ last line; ``--resume`` truncates it before appending.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from taskhub._errors import ResultsError
-from taskhub._schema import OUTCOMES, Comparability, EpisodeRecord, RunManifest, Task
+from taskhub._results_table import EPISODES as EPISODES
+from taskhub._results_table import MISSING_GROUP as MISSING_GROUP
+from taskhub._results_table import IndexWriter, task_field_column
+from taskhub._results_table import task_field as task_field
+from taskhub._schema import OUTCOMES, Comparability, EpisodeRecord, RunManifest
 from taskhub._stats import interval, pass_at_k, success_interval
 
 if TYPE_CHECKING:
     import pyarrow
 
+logger = logging.getLogger(__name__)
+
 MANIFEST = "run.json"
-EPISODES = "episodes.jsonl"
 
 
 def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
     """Write ``run.json`` atomically (a reader never sees half a manifest)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / f".{MANIFEST}.tmp"
-    tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, run_dir / MANIFEST)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, run_dir / MANIFEST)
+    except OSError as exc:
+        raise ResultsError(f"cannot write {run_dir / MANIFEST}: {exc.strerror or exc}") from None
 
 
 def read_manifest(run_dir: Path) -> RunManifest:
@@ -55,21 +64,43 @@ def read_manifest(run_dir: Path) -> RunManifest:
 
 
 class ResultsWriter:
-    """Appends episode records to ``episodes.jsonl``, one flushed line each."""
+    """Appends episode records to ``episodes.jsonl``, one flushed line each, and their index.
+
+    The index (``episodes.index.csv``, see ``taskhub._results_table``) gets each record's row
+    right after its line, so that large runs are read fast without parsing every trajectory.
+    """
 
     def __init__(self, path: Path) -> None:
         """Open ``path`` for appending (created if missing)."""
         self.path = path
-        self._file: IO[str] = path.open("a", encoding="utf-8")
+        self._file: IO[bytes] = path.open("ab")
+        self._offset = self._file.tell()
+        self._index = IndexWriter(path)
 
     def write(self, record: EpisodeRecord) -> None:
-        """Append one record and flush it to the OS."""
-        self._file.write(record.model_dump_json() + "\n")
-        self._file.flush()
+        """Append one record and flush it to the OS.
+
+        Raises:
+            ValueError: The record cannot be serialized (nothing was written).
+            ResultsError: The file cannot be written (disk full...).
+        """
+        line = (record.model_dump_json() + "\n").encode("utf-8")
+        try:
+            self._file.write(line)
+            self._file.flush()
+            self._index.write(record, self._offset, len(line))
+        except OSError as exc:
+            raise ResultsError(
+                f"cannot write {self.path}: {exc.strerror or exc}; the episodes written so far "
+                "are kept: free the space, then finish with `taskhub eval --resume "
+                f"{self.path.parent}`"
+            ) from None
+        self._offset += len(line)
 
     def close(self) -> None:
         """Close the file."""
         self._file.close()
+        self._index.close()
 
     def __enter__(self) -> ResultsWriter:
         return self
@@ -117,9 +148,67 @@ def iter_results(path: Path) -> Iterator[EpisodeRecord]:
                 ) from None
 
 
+@dataclass(frozen=True)
+class Deduplicated:
+    """Records with one per (task, sample), and what was dropped to get there."""
+
+    records: list[EpisodeRecord]
+    """The record kept for each (task, sample), in file order."""
+    duplicates: int = 0
+    """Extra records of an episode that already had a usable one (two writers at once)."""
+    retried: int = 0
+    """``infra_error`` records that a later attempt of the same episode replaced (history)."""
+
+
+def deduplicate(records: Iterable[EpisodeRecord]) -> Deduplicated:
+    """Keep one record per (task, sample): the newest usable one, else the newest.
+
+    An ``infra_error`` followed by another attempt (``--resume --retry infra``) is history and
+    counts as ``retried``; two usable records of one episode (two writers of one run) count as
+    ``duplicates``. Neither is ever counted twice.
+    """
+    kept: dict[tuple[str, int], EpisodeRecord] = {}
+    order: dict[tuple[str, int], int] = {}
+    duplicates = retried = 0
+    for index, record in enumerate(records):
+        key = record.key()
+        old = kept.get(key)
+        if old is None:
+            kept[key], order[key] = record, index
+            continue
+        if old.outcome == "infra_error":
+            retried += 1
+            kept[key], order[key] = record, index
+        elif record.outcome == "infra_error":
+            retried += 1
+        else:
+            duplicates += 1
+            kept[key], order[key] = record, index
+    ordered = sorted(kept, key=order.__getitem__)
+    return Deduplicated([kept[key] for key in ordered], duplicates, retried)
+
+
 def read_results(path: Path) -> list[EpisodeRecord]:
-    """Return every record of a results file or run directory (see ``iter_results``)."""
-    return list(iter_results(path))
+    """Return the records of a results file or run directory, one per (task, sample).
+
+    ``iter_results`` yields every line as written (history included); this keeps the record
+    ``deduplicate`` keeps, and logs a warning when it dropped duplicates.
+    """
+    result = deduplicate(iter_results(path))
+    _report_dropped(Path(path), result.duplicates, result.retried)
+    return result.records
+
+
+def _report_dropped(path: Path, duplicates: int, retried: int) -> None:
+    if duplicates:
+        logger.warning(
+            "%s: dropped %d duplicate record(s) of episodes recorded twice (two writers at "
+            "once?); each episode counts once",
+            path,
+            duplicates,
+        )
+    if retried:
+        logger.info("%s: %d infra-error attempt(s) replaced by a retry", path, retried)
 
 
 def repair_results(path: Path) -> int:
@@ -142,6 +231,10 @@ class Run:
     path: Path
     manifest: RunManifest
     records: list[EpisodeRecord]
+    #: Records dropped because their episode was recorded twice (see ``deduplicate``).
+    duplicates: int = 0
+    #: Infra-error attempts replaced by a retry (kept in the file as history).
+    retried: int = 0
 
 
 def read_run(run_dir: Path) -> Run:
@@ -151,7 +244,10 @@ def read_run(run_dir: Path) -> Run:
         ResultsError: The folder is not a valid run directory.
     """
     run_dir = Path(run_dir)
-    return Run(run_dir, read_manifest(run_dir), read_results(run_dir))
+    manifest = read_manifest(run_dir)
+    result = deduplicate(iter_results(run_dir))
+    _report_dropped(run_dir, result.duplicates, result.retried)
+    return Run(run_dir, manifest, result.records, result.duplicates, result.retried)
 
 
 class TaskSummary(BaseModel):
@@ -206,31 +302,62 @@ def component_summaries(
     Returns:
         One summary per component, sorted by name.
     """
-    by_name: dict[str, tuple[list[float], list[str], list[int]]] = {}
-    meta: dict[str, tuple[float, bool]] = {}
-    for name, value, error, task, weight, gate in zip(
-        names, values, errored, tasks, weights, gates, strict=True
-    ):
-        computed, clusters, counts = by_name.setdefault(name, ([], [], [0]))
-        meta.setdefault(name, (weight, gate))
-        if error:
-            counts[0] += 1
-        elif value is not None:
-            computed.append(value)
-            clusters.append(task)
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = len(names)
+    if not len(values) == len(errored) == len(tasks) == len(weights) == len(gates) == count:
+        raise ValueError("component_summaries needs columns of one length")
+    task_codes = pc.dictionary_encode(pa.array(list(tasks), pa.string())).indices
+    return _component_summaries(
+        pa.array(list(names), pa.string()),
+        pa.array(list(values), pa.float64()),
+        np.asarray(errored, dtype=bool).reshape(count),
+        task_codes.to_numpy(zero_copy_only=False),
+        np.asarray(weights, dtype=np.float64).reshape(count),
+        np.asarray(gates, dtype=bool).reshape(count),
+        ranges or {},
+    )
+
+
+def _component_summaries(
+    names: pyarrow.Array,
+    values: pyarrow.Array,
+    errored: Any,
+    clusters: Any,
+    weights: Any,
+    gates: Any,
+    ranges: dict[str, tuple[float, float] | None],
+) -> list[ComponentSummary]:
+    """``component_summaries`` of Arrow and numpy columns (``clusters``: task codes)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if len(names) == 0:
+        return []
+    encoded = pc.dictionary_encode(names)
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    labels: list[str] = encoded.dictionary.to_pylist()
+    computed = values.is_valid().to_numpy(zero_copy_only=False) & ~errored
+    numbers = pc.fill_null(values, 0.0).to_numpy(zero_copy_only=False)
     out = []
-    for name in sorted(by_name):
-        computed, clusters, counts = by_name[name]
-        bounds = (ranges or {}).get(name)
-        mean, stderr, low, high = interval(computed, clusters, bounds)
+    for code in sorted(range(len(labels)), key=labels.__getitem__):
+        rows = codes == code
+        first = int(np.argmax(rows))  # weight and gate as the component's first value has them
+        picked = rows & computed
+        bounds = ranges.get(labels[code])
+        mean, stderr, low, high = interval(
+            numbers[picked].tolist(), clusters[picked].tolist(), bounds
+        )
         out.append(
             ComponentSummary(
-                name=name,
-                weight=meta[name][0],
-                gate=meta[name][1],
+                name=labels[code],
+                weight=float(weights[first]),
+                gate=bool(gates[first]),
                 range=bounds,
-                n=len(computed),
-                errors=counts[0],
+                n=int(picked.sum()),
+                errors=int((rows & errored).sum()),
                 mean=mean,
                 stderr=stderr,
                 ci95=(low, high) if low is not None and high is not None else None,
@@ -290,8 +417,72 @@ def ranges_of(
     return comparability.reward_range, {r.spec: r.range for r in comparability.rewards}
 
 
+#: Columns of ``read_results_table`` that ``summarize`` reads.
+SUMMARY_COLUMNS = (
+    "task_id",
+    "outcome",
+    "reward",
+    "success",
+    "num_steps",
+    "prompt_tokens",
+    "completion_tokens",
+    "model_calls",
+    "cache_hits",
+    "cache_misses",
+    "duration_s",
+    "reward_components",
+)
+
+
+def _summary_table(records: Sequence[EpisodeRecord] | pyarrow.Table) -> pyarrow.Table:
+    """The columns ``summarize`` reads, from records or a results table."""
+    import pyarrow as pa
+
+    from taskhub._results_table import results_schema
+
+    schema = results_schema(SUMMARY_COLUMNS)
+    if not isinstance(records, Sequence):
+        missing = [c for c in SUMMARY_COLUMNS if c not in records.column_names]
+        if missing:
+            raise ValueError(
+                f"summarize needs the columns {list(SUMMARY_COLUMNS)} of a results table; this "
+                f"one lacks {missing}: read it with read_results_table(path, "
+                "columns=SUMMARY_COLUMNS)"
+            )
+        return records.select(list(SUMMARY_COLUMNS)).cast(schema)
+    return pa.Table.from_pydict(
+        {
+            "task_id": [r.task_id for r in records],
+            "outcome": [r.outcome for r in records],
+            "reward": [r.reward for r in records],
+            "success": [r.success for r in records],
+            "num_steps": [r.num_steps for r in records],
+            "prompt_tokens": [r.usage.prompt_tokens for r in records],
+            "completion_tokens": [r.usage.completion_tokens for r in records],
+            "model_calls": [r.usage.calls for r in records],
+            "cache_hits": [r.usage.cache_hits for r in records],
+            "cache_misses": [r.usage.cache_misses for r in records],
+            "duration_s": [r.duration_s for r in records],
+            "reward_components": [
+                [
+                    {
+                        "name": c.name,
+                        "value": c.value,
+                        "weight": c.weight,
+                        "gate": c.gate,
+                        "error": c.error,
+                    }
+                    for c in r.reward_components
+                ]
+                for r in records
+            ],
+        },
+        schema=schema,
+    )
+
+
 def summarize(
-    records: Sequence[EpisodeRecord],
+    records: Sequence[EpisodeRecord] | pyarrow.Table,
     *,
     n_planned: int | None = None,
     comparability: Comparability | None = None,
@@ -302,110 +493,133 @@ def summarize(
     samples any task has (so each task contributes to every k reported).
 
     Args:
-        records: The run's records (or any records to pool).
+        records: The records (of a run, or any records to pool), or their
+            ``read_results_table`` (at least ``SUMMARY_COLUMNS``), which a run of any size fits
+            in (no ``EpisodeRecord`` per episode).
         n_planned: Episodes planned, reported as is.
         comparability: The run's configuration (``taskhub.comparability``): its reward ranges
             keep the intervals inside them.
+
+    Raises:
+        ValueError: A table lacks one of ``SUMMARY_COLUMNS``.
     """
-    outcomes: dict[str, int] = {o: 0 for o in OUTCOMES}
-    by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
-    for record in records:
-        outcomes[record.outcome] += 1
-        by_task[record.task_id].append(record)
-    n = len(records)
-    rewarded = [r for r in records if r.reward is not None]
+    import numpy as np
+    import pyarrow.compute as pc
+
+    table = _summary_table(records).combine_chunks()
+    n = table.num_rows
+    encoded = pc.dictionary_encode(table["task_id"]).chunk(0) if n else None
+    codes = encoded.indices.to_numpy() if encoded is not None else np.zeros(0, np.int64)
+    names = encoded.dictionary.to_pylist() if encoded is not None else []
+    outcome = table["outcome"].to_numpy(zero_copy_only=False).astype(str)
+    outcomes: dict[str, int] = {o: int((outcome == o).sum()) for o in OUTCOMES}
+    has_reward = table["reward"].is_valid().to_numpy(zero_copy_only=False)
+    reward = pc.fill_null(table["reward"], 0.0).to_numpy()
+    judged = table["success"].is_valid().to_numpy(zero_copy_only=False)
+    success = pc.fill_null(table["success"], False).to_numpy(zero_copy_only=False)
     total_range, component_ranges = ranges_of(comparability)
-    mean, stderr, low, high = interval(
-        [r.reward for r in rewarded if r.reward is not None],
-        [r.task_id for r in rewarded],
-        total_range,
-    )
-    judged = [r for r in records if r.success is not None]
-    successes = sum(1 for r in judged if r.success)
-    s_low, s_high = success_interval(
-        [1.0 if r.success else 0.0 for r in judged], [r.task_id for r in judged]
-    )
+    # Tasks are the clusters of the intervals: their codes stand for their ids.
+    rewarded = reward[has_reward].tolist()
+    mean, stderr, low, high = interval(rewarded, codes[has_reward].tolist(), total_range)
+    successes = int(success[judged].sum())
+    s_low, s_high = success_interval(success[judged].astype(float).tolist(), codes[judged].tolist())
+    tasks = len(names)
+    count = np.bincount(codes, minlength=tasks)
+    scored = np.bincount(codes, weights=outcome == "scored", minlength=tasks)
+    task_rewarded = np.bincount(codes, weights=has_reward, minlength=tasks)
+    reward_sum = np.bincount(codes, weights=np.where(has_reward, reward, 0.0), minlength=tasks)
+    task_judged = np.bincount(codes, weights=judged, minlength=tasks).astype(np.int64)
+    task_successes = np.bincount(codes, weights=judged & success, minlength=tasks).astype(np.int64)
     per_task = []
-    task_counts: list[tuple[int, int]] = []
-    for task_id in sorted(by_task):
-        items = by_task[task_id]
-        task_rewards = [r.reward for r in items if r.reward is not None]
-        task_judged = [r for r in items if r.success is not None]
-        task_successes = sum(1 for r in task_judged if r.success)
+    for i in sorted(range(tasks), key=names.__getitem__):
         per_task.append(
-            TaskSummary(
-                task_id=task_id,
-                n=len(items),
-                scored=sum(1 for r in items if r.outcome == "scored"),
-                mean_reward=math.fsum(task_rewards) / len(task_rewards) if task_rewards else None,
-                successes=task_successes,
-                pass_rate=task_successes / len(task_judged) if task_judged else None,
+            TaskSummary.model_construct(
+                task_id=names[i],
+                n=int(count[i]),
+                scored=int(scored[i]),
+                mean_reward=float(reward_sum[i] / task_rewarded[i]) if task_rewarded[i] else None,
+                successes=int(task_successes[i]),
+                pass_rate=float(task_successes[i] / task_judged[i]) if task_judged[i] else None,
             )
         )
-        task_counts.append((len(task_judged), task_successes))
     passk: dict[str, float] = {}
-    samples = {len(items) for items in by_task.values()}
-    usable = [(nj, c) for nj, c in task_counts if nj > 0]
-    if usable:
-        max_k = min(nj for nj, _ in usable)
+    usable = task_judged > 0
+    if usable.any():
+        # pass@k depends on a task's (samples, successes) only: computed once per distinct pair
+        pairs = Counter(
+            zip(task_judged[usable].tolist(), task_successes[usable].tolist(), strict=True)
+        )
+        max_k = int(task_judged[usable].min())
         k = 1
         while k <= max_k:
-            passk[f"pass@{k}"] = math.fsum(pass_at_k(nj, c, k) for nj, c in usable) / len(usable)
+            values = [pass_at_k(nj, c, k) for (nj, c), times in pairs.items() for _ in range(times)]
+            passk[f"pass@{k}"] = math.fsum(values) / int(usable.sum())
             k *= 2
-    steps = [r.num_steps for r in records if r.outcome != "infra_error"]
+    samples = set(np.unique(count).tolist())
+    not_infra = outcome != "infra_error"
+    steps = table["num_steps"].to_numpy()[not_infra]
     return RunSummary(
         n_episodes=n,
         n_planned=n_planned,
-        n_tasks=len(by_task),
+        n_tasks=tasks,
         outcomes=outcomes,
         error_rates={o: outcomes[o] / n for o in OUTCOMES if o != "scored"} if n else {},
         n_rewarded=len(rewarded),
         mean_reward=mean,
         stderr=stderr,
         ci95=(low, high) if low is not None and high is not None else None,
-        success_rate=successes / len(judged) if judged else None,
+        success_rate=successes / int(judged.sum()) if judged.any() else None,
         success_ci95=(s_low, s_high) if s_low is not None and s_high is not None else None,
         pass_at_k=passk,
         samples_per_task=samples.pop() if len(samples) == 1 else None,
-        mean_steps=math.fsum(steps) / len(steps) if steps else None,
+        mean_steps=math.fsum(steps.tolist()) / len(steps) if len(steps) else None,
         tokens={
-            "prompt": sum(r.usage.prompt_tokens for r in records),
-            "completion": sum(r.usage.completion_tokens for r in records),
-            "calls": sum(r.usage.calls for r in records),
+            "prompt": int(pc.sum(table["prompt_tokens"]).as_py() or 0),
+            "completion": int(pc.sum(table["completion_tokens"]).as_py() or 0),
+            "calls": int(pc.sum(table["model_calls"]).as_py() or 0),
         },
-        mean_duration_s=math.fsum(r.duration_s for r in records) / n if n else None,
+        mean_duration_s=math.fsum(table["duration_s"].to_numpy().tolist()) / n if n else None,
         per_task=per_task,
         reward_range=total_range,
         interval="t" if total_range is None else "bounded",
-        components=component_summaries(*_component_columns(records), ranges=component_ranges),
-        model_cache=_cache_counts(records),
+        components=_table_components(table, codes, component_ranges),
+        model_cache=_cache_counts(table),
     )
 
 
-def _cache_counts(records: Sequence[EpisodeRecord]) -> dict[str, int] | None:
-    hits = sum(r.usage.cache_hits for r in records)
-    misses = sum(r.usage.cache_misses for r in records)
+def _cache_counts(table: pyarrow.Table) -> dict[str, int] | None:
+    import pyarrow.compute as pc
+
+    hits = int(pc.sum(table["cache_hits"]).as_py() or 0)
+    misses = int(pc.sum(table["cache_misses"]).as_py() or 0)
     return {"hits": hits, "misses": misses} if hits or misses else None
 
 
-def _component_columns(
-    records: Sequence[EpisodeRecord],
-) -> tuple[list[str], list[float | None], list[bool], list[str], list[float], list[bool]]:
-    names: list[str] = []
-    values: list[float | None] = []
-    errored: list[bool] = []
-    tasks: list[str] = []
-    weights: list[float] = []
-    gates: list[bool] = []
-    for record in records:
-        for c in record.reward_components:
-            names.append(c.name)
-            values.append(c.value)
-            errored.append(c.error is not None)
-            tasks.append(record.task_id)
-            weights.append(c.weight)
-            gates.append(c.gate)
-    return names, values, errored, tasks, weights, gates
+def _table_components(
+    table: pyarrow.Table, codes: Any, ranges: dict[str, tuple[float, float] | None]
+) -> list[ComponentSummary]:
+    """The summaries of the ``reward_components`` column (``codes``: each row's task code)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return []
+    column = table["reward_components"]
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    values = pc.list_flatten(column)
+    if len(values) == 0:
+        return []
+    rows = pc.list_parent_indices(column).to_numpy()
+    return _component_summaries(
+        pc.struct_field(values, "name"),
+        pc.struct_field(values, "value"),
+        pc.struct_field(values, "error").is_valid().to_numpy(zero_copy_only=False),
+        codes[rows],
+        pc.struct_field(values, "weight").to_numpy(zero_copy_only=False),
+        pc.struct_field(values, "gate").to_numpy(zero_copy_only=False),
+        ranges,
+    )
 
 
 class GroupSummary(BaseModel):
@@ -424,37 +638,22 @@ class GroupSummary(BaseModel):
     success_ci95: tuple[float, float] | None
 
 
-#: The group of tasks that lack the field.
-MISSING_GROUP = "(none)"
+def _column(values: Sequence[Any] | pyarrow.Array | pyarrow.ChunkedArray, kind: Any) -> Any:
+    """An Arrow array of ``kind`` from a sequence or an Arrow (chunked) array."""
+    import pyarrow as pa
 
-
-def task_field(task: Task | Mapping[str, object], path: str) -> str:
-    """The value of a task's field as a group label: ``metadata.family``, ``difficulty``...
-
-    A dotted path into the task row; a path whose first part is not a task field is looked up
-    under ``metadata``, then under ``reset`` (so ``family`` finds ``metadata.family`` or
-    ``reset.family``). Values that are not text are given as JSON; a missing one is
-    ``(none)``.
-    """
-    row = task.model_dump(mode="json") if isinstance(task, Task) else task
-    parts = path.split(".")
-    candidates = [parts] if parts[0] in row else [["metadata", *parts], ["reset", *parts]]
-    for candidate in candidates:
-        value: object = row
-        for part in candidate:
-            value = value.get(part) if isinstance(value, dict) else None
-            if value is None:
-                break
-        if value is not None:
-            return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return MISSING_GROUP
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values.cast(kind)
+    return pa.array(list(values), kind)
 
 
 def group_summaries(
-    keys: Sequence[str],
-    tasks: Sequence[str],
-    rewards: Sequence[float | None],
-    successes: Sequence[bool | None],
+    keys: Sequence[str] | pyarrow.Array | pyarrow.ChunkedArray,
+    tasks: Sequence[str] | pyarrow.Array | pyarrow.ChunkedArray,
+    rewards: Sequence[float | None] | pyarrow.Array | pyarrow.ChunkedArray,
+    successes: Sequence[bool | None] | pyarrow.Array | pyarrow.ChunkedArray,
     *,
     reward_range: tuple[float, float] | None = None,
 ) -> list[GroupSummary]:
@@ -462,6 +661,7 @@ def group_summaries(
 
     Each group gets the mean reward with its interval (clustered by task, bounded when the
     range is known) and the success rate with its interval, as the run summary computes them.
+    The columns may be sequences or Arrow arrays (a results table's columns).
 
     Args:
         keys: Each episode's group.
@@ -472,36 +672,51 @@ def group_summaries(
 
     Returns:
         One summary per group, sorted by group label (``(none)`` last).
+
+    Raises:
+        ValueError: The columns differ in length.
     """
-    groups: dict[str, tuple[set[str], list[float], list[str], list[float], list[str], list[int]]]
-    groups = {}
-    for key, task, reward_value, success in zip(keys, tasks, rewards, successes, strict=True):
-        ids, values, value_tasks, judged, judged_tasks, count = groups.setdefault(
-            key, (set(), [], [], [], [], [0])
-        )
-        ids.add(task)
-        count[0] += 1
-        if reward_value is not None:
-            values.append(reward_value)
-            value_tasks.append(task)
-        if success is not None:
-            judged.append(1.0 if success else 0.0)
-            judged_tasks.append(task)
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    key_column = pc.fill_null(_column(keys, pa.string()), MISSING_GROUP)
+    task_column = _column(tasks, pa.string())
+    reward_column = _column(rewards, pa.float64())
+    success_column = _column(successes, pa.bool_())
+    n = len(key_column)
+    if not len(task_column) == len(reward_column) == len(success_column) == n:
+        raise ValueError("group_summaries needs columns of one length")
+    if n == 0:
+        return []
+    encoded = pc.dictionary_encode(key_column)
+    key_codes = encoded.indices.to_numpy(zero_copy_only=False)
+    labels: list[str] = encoded.dictionary.to_pylist()
+    task_codes = pc.dictionary_encode(task_column).indices.to_numpy(zero_copy_only=False)
+    has_reward = reward_column.is_valid().to_numpy(zero_copy_only=False)
+    reward = pc.fill_null(reward_column, 0.0).to_numpy(zero_copy_only=False)
+    judged = success_column.is_valid().to_numpy(zero_copy_only=False)
+    success = pc.fill_null(success_column, False).to_numpy(zero_copy_only=False)
     out = []
-    for key in sorted(groups, key=lambda k: (k == MISSING_GROUP, k)):
-        ids, values, value_tasks, judged, judged_tasks, count = groups[key]
-        mean, stderr, low, high = interval(values, value_tasks, reward_range)
-        s_low, s_high = success_interval(judged, judged_tasks)
+    for code in sorted(range(len(labels)), key=lambda c: (labels[c] == MISSING_GROUP, labels[c])):
+        rows = key_codes == code
+        picked = rows & has_reward
+        mean, stderr, low, high = interval(
+            reward[picked].tolist(), task_codes[picked].tolist(), reward_range
+        )
+        seen = rows & judged
+        outcomes = success[seen].astype(float).tolist()
+        s_low, s_high = success_interval(outcomes, task_codes[seen].tolist())
         out.append(
             GroupSummary(
-                value=key,
-                n_tasks=len(ids),
-                n_episodes=count[0],
-                n_rewarded=len(values),
+                value=labels[code],
+                n_tasks=len(np.unique(task_codes[rows])),
+                n_episodes=int(rows.sum()),
+                n_rewarded=int(picked.sum()),
                 mean_reward=mean,
                 stderr=stderr,
                 ci95=(low, high) if low is not None and high is not None else None,
-                success_rate=math.fsum(judged) / len(judged) if judged else None,
+                success_rate=math.fsum(outcomes) / len(outcomes) if outcomes else None,
                 success_ci95=(s_low, s_high) if s_low is not None and s_high is not None else None,
             )
         )
@@ -509,248 +724,46 @@ def group_summaries(
 
 
 def summarize_groups(
-    records: Sequence[EpisodeRecord],
+    records: Sequence[EpisodeRecord] | pyarrow.Table,
     field: str,
     *,
     comparability: Comparability | None = None,
 ) -> list[GroupSummary]:
-    """``group_summaries`` of a run's records by a task field (see ``task_field``)."""
+    """``group_summaries`` of a run's records by a task field (see ``task_field``).
+
+    Args:
+        records: The records, or their results table read with ``task_fields=[field]``
+            (``read_results_table``: its ``task.FIELD`` column holds the groups).
+        field: The task field (``metadata.family``, ``difficulty``...).
+        comparability: The run's configuration: its reward range bounds the intervals.
+
+    Raises:
+        ValueError: A table has no ``task.FIELD`` column.
+    """
+    reward_range = comparability.reward_range if comparability else None
+    if isinstance(records, Sequence):
+        return group_summaries(
+            [task_field(r.task, field) for r in records],
+            [r.task_id for r in records],
+            [r.reward for r in records],
+            [r.success for r in records],
+            reward_range=reward_range,
+        )
+    column = task_field_column(field)
+    if column not in records.column_names:
+        raise ValueError(
+            f"the results table has no column {column!r}: read it with "
+            f"read_results_table(path, task_fields=[{field!r}])"
+        )
     return group_summaries(
-        [task_field(r.task, field) for r in records],
-        [r.task_id for r in records],
-        [r.reward for r in records],
-        [r.success for r in records],
-        reward_range=comparability.reward_range if comparability else None,
+        records[column],
+        records["task_id"],
+        records["reward"],
+        records["success"],
+        reward_range=reward_range,
     )
 
 
 def dumps_summary(summary: RunSummary) -> str:
     """Serialize a summary as indented JSON."""
     return json.dumps(summary.model_dump(mode="json"), indent=2)
-
-
-def read_results_table(path: Path, *, validate: bool = False) -> pyarrow.Table:
-    """Return the records of a results file or run directory as an Arrow table, in file order.
-
-    The fast path for large runs: pyarrow's JSON reader parses the columns below straight from
-    the file, a million records in seconds, where building an ``EpisodeRecord`` per line takes
-    minutes. Lines are taken as ``read_results`` takes them (torn last line and blank lines
-    skipped) and every column holds what ``read_results`` would give, defaults filled in.
-
-    Columns: ``run_id``, ``episode_id``, ``task_id``, ``task_hash``, ``split``, ``sample``,
-    ``seed``, ``outcome``, ``reward``, ``success``, ``env_reward``, ``error_type``,
-    ``error_message``, ``attempts``, ``terminated``, ``truncated``, ``num_steps``,
-    ``prompt_tokens``, ``completion_tokens``, ``model_calls``, ``duration_s``, ``env_time_s``,
-    ``model_time_s``, ``reward_components`` (list of ``name``, ``value``, ``weight``, ``gate``,
-    ``error``) and ``record_json``: the record's line as stored, without its line break.
-
-    The fast path checks that the file is UTF-8 JSON, one object per line, and the types and
-    presence of the fields it returns; a file that fails any of that goes through
-    ``read_results`` instead, which raises its usual error. It does not check what it does not
-    return (unknown keys, the steps, messages and task row): pass ``validate=True`` to validate
-    every line as an ``EpisodeRecord``, exactly as ``read_results`` does (and as slowly).
-
-    Args:
-        path: An ``episodes.jsonl`` file or a run directory.
-        validate: Validate every record in full.
-
-    Returns:
-        A ``pyarrow.Table``, one row per record; empty when the file does not exist.
-
-    Raises:
-        ResultsError: A complete line is not a valid record (its number is named).
-    """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.json as pj
-
-    path = Path(path)
-    if path.is_dir():
-        path = path / EPISODES
-    component = pa.struct(
-        [
-            ("name", pa.string()),
-            ("value", pa.float64()),
-            ("weight", pa.float64()),
-            ("gate", pa.bool_()),
-            ("error", pa.string()),
-        ]
-    )
-    columns: list[tuple[str, pyarrow.DataType, object]] = [
-        # (column, type, default filled in when the field is absent)
-        ("run_id", pa.string(), None),
-        ("episode_id", pa.string(), None),
-        ("task_id", pa.string(), None),
-        ("task_hash", pa.string(), None),
-        ("split", pa.string(), None),
-        ("sample", pa.int64(), None),
-        ("seed", pa.int64(), None),
-        ("outcome", pa.string(), None),
-        ("reward", pa.float64(), None),
-        ("success", pa.bool_(), None),
-        ("env_reward", pa.float64(), None),
-        ("error_type", pa.string(), None),
-        ("error_message", pa.string(), None),
-        ("attempts", pa.int64(), 1),
-        ("terminated", pa.bool_(), False),
-        ("truncated", pa.bool_(), False),
-        ("num_steps", pa.int64(), 0),
-        ("prompt_tokens", pa.int64(), 0),
-        ("completion_tokens", pa.int64(), 0),
-        ("model_calls", pa.int64(), 0),
-        ("duration_s", pa.float64(), None),
-        ("env_time_s", pa.float64(), 0.0),
-        ("model_time_s", pa.float64(), 0.0),
-        ("reward_components", pa.list_(component), None),
-        ("record_json", pa.large_string(), None),
-    ]
-    schema = pa.schema([(name, kind) for name, kind, _ in columns])
-    if not path.is_file() or path.stat().st_size == 0:
-        return schema.empty_table()
-
-    # Columns that are top-level fields of a record, copied as they are.
-    direct = {name for name, _, _ in columns if name in EpisodeRecord.model_fields} - {
-        "reward_components"
-    }
-
-    def validated() -> pyarrow.Table:
-        records = read_results(path)  # raises exactly what read_results raises
-        lines = []
-        with path.open("rb") as f:
-            for line in f:
-                if line.endswith(b"\n") and line.strip():
-                    lines.append(line.rstrip(b" \t\r\n").decode("utf-8"))
-        rows = [
-            {
-                **record.model_dump(include=direct),
-                "error_type": record.error.type if record.error else None,
-                "error_message": record.error.message if record.error else None,
-                "prompt_tokens": record.usage.prompt_tokens,
-                "completion_tokens": record.usage.completion_tokens,
-                "model_calls": record.usage.calls,
-                "reward_components": [
-                    c.model_dump(include={"name", "value", "weight", "gate", "error"})
-                    for c in record.reward_components
-                ],
-                "record_json": line,
-            }
-            for record, line in zip(records, lines, strict=True)
-        ]
-        return pa.Table.from_pylist(rows, schema=schema)
-
-    if validate:
-        return validated()
-    buffer = pa.memory_map(str(path)).read_buffer()
-    view = np.frombuffer(buffer, dtype=np.uint8)
-    # Line ends, found in slices so that no file-sized temporary is allocated.
-    step = 1 << 26
-    newlines = np.concatenate(
-        [np.flatnonzero(view[i : i + step] == 10) + i for i in range(0, len(view), step)]
-    )
-    if len(newlines) == 0:
-        return schema.empty_table()
-    complete = buffer.slice(0, int(newlines[-1]) + 1)  # a torn last line is dropped
-    offsets = np.concatenate([[0], newlines + 1]).astype(np.int64)
-    lines = pa.LargeStringArray.from_buffers(len(newlines), pa.py_buffer(offsets), complete)
-    try:
-        lines.validate(full=True)  # UTF-8
-    except pa.ArrowInvalid:
-        return validated()
-    lines = pc.utf8_rtrim(lines, characters=" \t\r\n")
-    lengths = pc.binary_length(lines)
-    if pc.min(lengths).as_py() == 0:
-        lines = lines.filter(pc.greater(lengths, 0))
-    longest = int(np.diff(offsets).max())
-    parse = pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("episode_id", pa.string()),
-            ("task_id", pa.string()),
-            ("task_hash", pa.string()),
-            ("split", pa.string()),
-            ("sample", pa.int64()),
-            ("seed", pa.int64()),
-            ("outcome", pa.string()),
-            ("reward", pa.float64()),
-            ("success", pa.bool_()),
-            ("env_reward", pa.float64()),
-            ("error", pa.struct([("type", pa.string()), ("message", pa.string())])),
-            ("attempts", pa.int64()),
-            ("terminated", pa.bool_()),
-            ("truncated", pa.bool_()),
-            ("num_steps", pa.int64()),
-            (
-                "usage",
-                pa.struct(
-                    [
-                        ("prompt_tokens", pa.int64()),
-                        ("completion_tokens", pa.int64()),
-                        ("calls", pa.int64()),
-                    ]
-                ),
-            ),
-            ("duration_s", pa.float64()),
-            ("env_time_s", pa.float64()),
-            ("model_time_s", pa.float64()),
-            ("reward_components", pa.list_(component)),
-            # Parsed only to check that these required fields are present.
-            ("started_at", pa.string()),
-            ("task", pa.struct([("task_id", pa.string())])),
-        ]
-    )
-    try:
-        parsed = pj.read_json(
-            pa.BufferReader(complete),
-            read_options=pj.ReadOptions(block_size=max(1 << 20, 2 * longest)),
-            parse_options=pj.ParseOptions(
-                explicit_schema=parse, unexpected_field_behavior="ignore"
-            ),
-        ).combine_chunks()
-    except pa.ArrowInvalid:
-        return validated()
-    required = (
-        "run_id", "episode_id", "task_id", "task_hash", "split", "sample", "outcome",
-        "duration_s", "started_at", "task",
-    )  # fmt: skip
-    if (
-        parsed.num_rows != len(lines)
-        or any(parsed[name].null_count for name in required)
-        or not pc.all(pc.is_in(parsed["outcome"], pa.array(OUTCOMES))).as_py()
-    ):
-        return validated()
-    error = parsed["error"].chunk(0) if parsed.num_rows else pa.array([], parse.field("error").type)
-    usage = parsed["usage"].chunk(0) if parsed.num_rows else pa.array([], parse.field("usage").type)
-    derived = {
-        "error_type": pc.struct_field(error, "type"),
-        "error_message": pc.struct_field(error, "message"),
-        "prompt_tokens": pc.struct_field(usage, "prompt_tokens"),
-        "completion_tokens": pc.struct_field(usage, "completion_tokens"),
-        "model_calls": pc.struct_field(usage, "calls"),
-        "record_json": lines,
-    }
-    arrays = []
-    for name, kind, default in columns:
-        array = derived[name] if name in derived else parsed[name]
-        if default is not None:
-            array = pc.fill_null(array, pa.scalar(default, kind))
-        arrays.append(array)
-    components = pc.fill_null(parsed["reward_components"], pa.scalar([], pa.list_(component)))
-    if isinstance(components, pa.ChunkedArray):
-        components = components.combine_chunks()
-    values = components.flatten()  # relative to the array's first offset, as made relative below
-    filled = pa.StructArray.from_arrays(
-        [
-            values.field("name"),
-            values.field("value"),
-            pc.fill_null(values.field("weight"), 1.0),
-            pc.fill_null(values.field("gate"), False),
-            values.field("error"),
-        ],
-        fields=list(component),
-    )
-    offsets = components.offsets
-    arrays[schema.get_field_index("reward_components")] = pa.ListArray.from_arrays(
-        pc.subtract(offsets, offsets[0]), filled
-    )
-    return pa.Table.from_arrays(arrays, schema=schema)

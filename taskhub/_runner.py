@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import importlib.metadata
 import logging
 import platform
@@ -25,17 +24,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import SecretStr
 
 from taskhub._agent import EpisodeTrace, run_episode
 from taskhub._comparability import build_comparability, reward_infos
+from taskhub._episode import CAPACITY_WAIT_S, plan_episode, record_episode
 from taskhub._errors import (
     AgentFormatError,
     ConfigError,
     EnvCapacityError,
+    EnvClosedError,
+    EnvConnectError,
     EnvError,
     EnvTimeout,
     ModelAuthError,
@@ -43,6 +44,7 @@ from taskhub._errors import (
     ResultsError,
     TaskhubError,
 )
+from taskhub._lock import RunLock
 from taskhub._results import (
     EPISODES,
     ResultsWriter,
@@ -53,7 +55,7 @@ from taskhub._results import (
     summarize,
     write_manifest,
 )
-from taskhub._rewards import BoundReward, RewardSet, score_episode
+from taskhub._rewards import BoundReward, RewardSet
 from taskhub._schema import (
     EnvInfo,
     EpisodeRecord,
@@ -66,6 +68,8 @@ from taskhub._schema import (
 )
 from taskhub._taskset import Taskset, load_taskset
 from taskhub._templates import Templates
+from taskhub._trust import check_remote_code
+from taskhub._urls import redact_optional_url, redact_url
 from taskhub._version import __version__
 from taskhub.env._launch import EnvHandle
 from taskhub.env._pool import SessionPool
@@ -74,10 +78,8 @@ from taskhub.models._cache import CachedModel
 
 logger = logging.getLogger(__name__)
 
-#: Step limit when neither the run, the row nor the card sets one.
-DEFAULT_MAX_STEPS = 100
-#: Longest wait for a free session on a server at capacity before the episode is an infra error.
-CAPACITY_WAIT_S = 600.0
+#: What ``--retry`` accepts, and the outcome of the episodes it runs again.
+RETRY_OUTCOMES = {"infra": "infra_error"}
 _LIBRARIES = ("httpx", "websockets", "pydantic", "jinja2", "huggingface-hub", "openenv")
 
 
@@ -131,26 +133,8 @@ class RunResult:
     summary: RunSummary
 
 
-def derive_seed(*parts: object) -> int:
-    """Return a deterministic 31-bit seed from ``parts``."""
-    digest = hashlib.sha256("\0".join(str(p) for p in parts).encode()).hexdigest()
-    return int(digest[:8], 16) % 2**31
-
-
 def _slug(text: str, size: int = 32) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:size] or "x"
-
-
-def _redact_url(url: str | None) -> str | None:
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return url
 
 
 @functools.cache
@@ -168,61 +152,12 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass(frozen=True)
-class EpisodePlan:
-    """How an episode is started: the same values wherever a task is run (eval or training)."""
-
-    task: Task
-    sample: int
-    task_hash: str
-    reset_payload: dict[str, Any]
-    env_seed: int
-    episode_id: str
-    model_seed: int
-    max_steps: int
-
-
-def plan_episode(
-    task: Task,
-    sample: int,
-    *,
-    run_seed: int,
-    max_steps: int | None = None,
-    card_max_steps: int | None = None,
-    model_seed: int | None = None,
-) -> EpisodePlan:
-    """Decide the seeds, episode id, reset payload and step limit of one episode.
-
-    The env seed is the row's own ``seed`` when it pins one, else derived from the run seed and
-    the task id (the same for every sample, so samples replay the same task); the model seed is
-    derived per sample unless fixed; the episode id depends on the task's content, the sample
-    and the run seed only, so identical runs send identical frames.
-    """
-    task_hash = task.content_hash()
-    env_seed = task.reset.get("seed")
-    if not isinstance(env_seed, int) or isinstance(env_seed, bool):
-        env_seed = derive_seed(run_seed, task.task_id)
-    episode_id = hashlib.sha256(f"{task_hash}:{sample}:{run_seed}".encode()).hexdigest()[:32]
-    return EpisodePlan(
-        task=task,
-        sample=sample,
-        task_hash=task_hash,
-        reset_payload={"seed": env_seed, "episode_id": episode_id, **task.reset},
-        env_seed=env_seed,
-        episode_id=episode_id,
-        model_seed=model_seed
-        if model_seed is not None
-        else derive_seed(run_seed, task.task_id, sample),
-        max_steps=max_steps or task.max_steps or card_max_steps or DEFAULT_MAX_STEPS,
-    )
-
-
 @dataclass
 class _Plan:
     config: EvalConfig
     taskset: Taskset
     split: str
-    tasks: tuple[Task, ...]
+    tasks: Sequence[Task]
     run_id: str
     run_dir: Path
     rewards: RewardSet
@@ -251,7 +186,7 @@ def _summary_row(record: EpisodeRecord) -> EpisodeRecord:
     )
 
 
-def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, tuple[Task, ...]]:
+def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, Sequence[Task]]:
     """Apply ``split``, ``shard`` and ``limit`` to a taskset, in that order."""
     split = config.split or taskset.default_split()
     tasks = taskset.tasks(split)
@@ -267,6 +202,14 @@ def _plan(config: EvalConfig, taskset: Taskset, run_dir: Path, run_id: str) -> _
     split, tasks = select_tasks(taskset, config)
     if not tasks:
         raise ConfigError(f"nothing to run: split {split!r} selects no tasks")
+    trusted = check_remote_code(
+        taskset,
+        trust_remote_code=config.trust_remote_code,
+        rewards=not config.rewards,
+        env=not config.env,
+    )
+    for item in trusted:
+        logger.warning("running code of taskset %s (trusted): %s", taskset.name, item)
     rewards = RewardSet()
     task_rewards = {
         task.task_id: rewards.resolve(config.rewards or task.rewards or taskset.card.rewards)
@@ -393,11 +336,11 @@ class _Runner:
                 self.model,
                 Path(config.cache),
                 model=config.model,
-                endpoint=_redact_url(config.base_url),
+                endpoint=redact_optional_url(config.base_url),
             )
         status: RunStatus = "failed"
         try:
-            _status(self.progress, f"starting env {env_spec}")
+            _status(self.progress, f"starting env {redact_url(env_spec)}")
             handle = EnvHandle.open(
                 env_spec,
                 http=self.http,
@@ -416,6 +359,7 @@ class _Runner:
                     timeout=config.step_timeout_s,
                     max_frame_bytes=config.max_frame_bytes,
                     headers=self.env_headers,
+                    reuse=not config.fresh_session,
                 )
                 manifest = self._manifest(provider, name, "running")
                 write_manifest(plan.run_dir, manifest)
@@ -424,7 +368,8 @@ class _Runner:
                 if self.progress:
                     self.progress.start(plan.n_planned, len(plan.done))
                 try:
-                    await self._fan_out()
+                    async with self.pool:
+                        await self._fan_out()
                 finally:
                     self.writer.close()
             if self.fatal is not None:
@@ -458,15 +403,27 @@ class _Runner:
             created_at=self.sessions[0],
             updated_at=now,
             finished_at=now if status == "completed" else None,
-            config=config.model_copy(update={"base_url": _redact_url(config.base_url)}),
+            config=config.model_copy(
+                update={
+                    "base_url": redact_optional_url(config.base_url),
+                    "env": redact_optional_url(config.env),
+                }
+            ),
             taskset=plan.taskset.ref,
             split=plan.split,
-            env=self.env_info,
+            env=self.env_info.model_copy(
+                update={
+                    "spec": redact_url(self.env_info.spec),
+                    "urls": [redact_url(url) for url in self.env_info.urls],
+                }
+            )
+            if self.env_info
+            else None,
             model=ModelInfo(
                 spec=config.model,
                 provider=provider,
                 name=name,
-                base_url=_redact_url(config.base_url),
+                base_url=redact_optional_url(config.base_url),
                 sampling=config.sampling,
                 details=self.model.details if self.model else {},
             ),
@@ -499,7 +456,12 @@ class _Runner:
                 if self.stop_reason and record is None:
                     return
                 assert record is not None and self.writer is not None
-                self.writer.write(record)
+                try:
+                    record = self._write(record)
+                except ResultsError as exc:  # disk full, the folder gone: the run stops
+                    self.fatal = exc
+                    self.stop_reason = str(exc)
+                    return
                 self.rows.append(_summary_row(record))
                 logger.info(
                     "episode %s#%d: %s reward=%s steps=%d",
@@ -519,6 +481,34 @@ class _Runner:
         async with asyncio.TaskGroup() as group:
             for _ in range(self.config.concurrency):
                 group.create_task(worker())
+
+    def _write(self, record: EpisodeRecord) -> EpisodeRecord:
+        """Append ``record``; one that cannot be serialized is stored as that episode's error."""
+        assert self.writer is not None
+        try:
+            self.writer.write(record)
+            return record
+        except ValueError as exc:  # pydantic refuses a value (too deep, not JSON)
+            logger.warning("episode %s#%d cannot be stored: %s", record.task_id, record.sample, exc)
+            error = ResultsError(
+                f"the episode's record cannot be stored ({str(exc)[:300]}); its trajectory "
+                "was left out"
+            )
+            stripped = record.model_copy(
+                update={
+                    "outcome": "infra_error",
+                    "reward": None,
+                    "success": None,
+                    "reward_components": [],
+                    "error": ErrorInfo.from_exception(error),
+                    "steps": [],
+                    "messages": [],
+                    "initial_observation": None,
+                    "reset_metadata": None,
+                }
+            )
+            self.writer.write(stripped)
+            return stripped
 
     async def _episode(self, task: Task, sample: int) -> EpisodeRecord | None:
         config, plan = self.config, self.plan
@@ -540,33 +530,36 @@ class _Runner:
             trace = EpisodeTrace(reset_payload=episode.reset_payload)
             started_at, started = _now(), time.perf_counter()
             error: BaseException | None = None
+            reused = False
             try:
-                async with self.pool.session() as (session, endpoint):
-                    try:
-                        async with asyncio.timeout(config.episode_timeout_s):
-                            await run_episode(
-                                task=task,
-                                session=session,
-                                model=self.model,
-                                templates=plan.templates,
-                                action_schema=self.env_info.action_schema
-                                if self.env_info
-                                else None,
-                                reset_payload=episode.reset_payload,
-                                sampling=sampling,
-                                max_steps=episode.max_steps,
-                                format_retries=config.format_retries,
-                                episode_seed=episode.model_seed,
-                                trace=trace,
-                            )
-                    except EnvCapacityError:
-                        await self.pool.at_capacity(endpoint)
-                        raise
+                async with self.pool.session() as pooled:
+                    reused = pooled.reused
+                    async with asyncio.timeout(config.episode_timeout_s):
+                        await run_episode(
+                            task=task,
+                            session=pooled.session,
+                            model=self.model,
+                            templates=plan.templates,
+                            action_schema=self.env_info.action_schema if self.env_info else None,
+                            reset_payload=episode.reset_payload,
+                            sampling=sampling,
+                            max_steps=episode.max_steps,
+                            format_retries=config.format_retries,
+                            episode_seed=episode.model_seed,
+                            trace=trace,
+                        )
             except EnvCapacityError as exc:
                 if time.monotonic() < capacity_deadline:
                     attempts -= 1  # back-pressure, not a failed attempt
                     await asyncio.sleep(capacity_delay * random.uniform(0.5, 1.5))
                     capacity_delay = min(capacity_delay * 2, 5.0)
+                    continue
+                error = exc
+            except (EnvClosedError, EnvConnectError) as exc:
+                if reused and trace.initial is None:
+                    # a parked session the server closed between episodes: not this episode's
+                    # failure; the pool dropped it, so the next try gets another session
+                    attempts -= 1
                     continue
                 error = exc
             except TimeoutError:
@@ -603,75 +596,6 @@ class _Runner:
                 rewards=plan.task_rewards[task.task_id],
                 success_threshold=plan.success_threshold,
             )
-
-
-async def record_episode(
-    episode: EpisodePlan,
-    trace: EpisodeTrace,
-    error: BaseException | None,
-    *,
-    run_id: str,
-    split: str,
-    attempts: int,
-    started_at: datetime,
-    duration: float,
-    rewards: Sequence[BoundReward],
-    success_threshold: float,
-) -> EpisodeRecord:
-    """Turn a played episode into its record: outcome, error, rewards, success.
-
-    ``scored`` unless ``error`` says otherwise: an ``AgentFormatError`` is an ``agent_error``
-    (scored with what it earned), anything else an ``infra_error`` (not scored). A reward that
-    fails on a scored episode makes it a ``reward_error``; an agent error stays one (its failed
-    component keeps the message).
-    """
-    outcome = "scored"
-    if isinstance(error, AgentFormatError):
-        outcome = "agent_error"
-    elif error is not None:
-        outcome = "infra_error"
-    initial = trace.initial
-    task = episode.task
-    record = EpisodeRecord(
-        run_id=run_id,
-        episode_id=episode.episode_id,
-        task_id=task.task_id,
-        task_hash=episode.task_hash,
-        split=split,
-        sample=episode.sample,
-        seed=episode.env_seed,
-        outcome=outcome,  # type: ignore[arg-type]
-        reward=None,
-        success=None,
-        env_reward=sum(s.reward or 0.0 for s in trace.steps) if initial else None,
-        error=ErrorInfo.from_exception(error) if error is not None else None,
-        attempts=attempts,
-        terminated=trace.terminated,
-        truncated=trace.truncated,
-        num_steps=len(trace.steps),
-        reset_payload=trace.reset_payload,
-        initial_observation=initial.observation if initial else None,
-        reset_metadata=initial.metadata if initial else None,
-        steps=trace.steps,
-        messages=trace.messages,
-        usage=trace.usage,
-        started_at=started_at,
-        duration_s=duration,
-        env_time_s=trace.env_time_s,
-        model_time_s=trace.model_time_s,
-        task=task,
-    )
-    if outcome == "infra_error":
-        return record
-    components, total, reward_error = await score_episode(record, rewards)
-    update: dict[str, Any] = {"reward_components": components, "reward": total}
-    if reward_error is not None:
-        if outcome == "scored":
-            update["outcome"] = "reward_error"
-            update["error"] = ErrorInfo(type="RewardError", message=reward_error, boundary="reward")
-    elif total is not None:
-        update["success"] = total >= success_threshold
-    return record.model_copy(update=update)
 
 
 @functools.cache
@@ -726,22 +650,45 @@ async def evaluate_async(
             f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
         )
     plan = _plan(config, taskset, target, run_id)
-    async with _make_http() as http:
-        runner = _Runner(
-            plan,
-            progress=progress,
-            http=http,
-            env_headers=env_headers,
-            argv=argv,
-            parent_manifest=None,
-        )
-        return await runner.run()
+    fresh = not target.exists()
+    try:
+        return await _evaluate_locked(plan, target, progress, env_headers, argv)
+    except BaseException:
+        if fresh and not (target / "run.json").exists():  # bad configuration: leave nothing
+            RunLock(target).remove_if_alone()
+        raise
+
+
+async def _evaluate_locked(
+    plan: _Plan,
+    target: Path,
+    progress: Progress | None,
+    env_headers: dict[str, str] | None,
+    argv: list[str] | None,
+) -> RunResult:
+    with RunLock(target):
+        if (target / "run.json").exists():  # another writer started it meanwhile
+            raise ResultsError(
+                f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
+            )
+        async with _make_http() as http:
+            runner = _Runner(
+                plan,
+                progress=progress,
+                http=http,
+                env_headers=env_headers,
+                argv=argv,
+                parent_manifest=None,
+            )
+            return await runner.run()
 
 
 async def resume_async(
     run_dir: Path | str,
     *,
     api_key: str | None = None,
+    base_url: str | None = None,
+    retry: Sequence[str] = (),
     progress: Progress | None = None,
     env_headers: dict[str, str] | None = None,
     hub_token: str | None = None,
@@ -750,15 +697,27 @@ async def resume_async(
     """Finish an interrupted run: run only the episodes it has no record of.
 
     The taskset is loaded at the commit the run recorded, and must have the same content.
+    ``run.json`` keeps no credentials: pass ``api_key`` (and ``base_url`` when the endpoint's URL
+    carried some) again. ``retry=["infra"]`` also runs again the episodes that ended as
+    ``infra_error``: their earlier records stay in ``episodes.jsonl`` as history, and readers
+    count only the newest record of each (task, sample).
 
     Raises:
-        ResultsError: ``run_dir`` is not a run directory, or the taskset changed.
+        ResultsError: ``run_dir`` is not a run directory, the taskset changed, or another
+            process is writing the run.
     """
     run_dir = Path(run_dir)
+    unknown = sorted(set(retry) - set(RETRY_OUTCOMES))
+    if unknown:
+        raise ConfigError(
+            f"--retry {unknown[0]!r}: only {', '.join(RETRY_OUTCOMES)} episodes can be run again"
+        )
     manifest = read_manifest(run_dir)
     config = manifest.config
     if api_key is not None:
         config = config.model_copy(update={"api_key": SecretStr(api_key)})
+    if base_url is not None:
+        config = config.model_copy(update={"base_url": base_url})
     ref = manifest.taskset
     if ref.kind == "hub" and ref.repo_id and ref.commit_sha:
         taskset = load_taskset(ref.repo_id, revision=ref.commit_sha, token=hub_token)
@@ -770,27 +729,39 @@ async def resume_async(
             f"{ref.fingerprint[:12]} -> {taskset.ref.fingerprint[:12]}): cannot resume "
             f"{run_dir}; start a new run"
         )
-    taskset = Taskset(ref, taskset.card, taskset.splits)
+    taskset = Taskset(ref, taskset.card, taskset.splits, taskset.environment)
     plan = _plan(config, taskset, run_dir, manifest.run_id)
-    repair_results(run_dir / EPISODES)
-    plan.previous = read_results(run_dir)
-    plan.done = {r.key() for r in plan.previous}
-    if manifest.status == "completed" and not any(True for _ in plan.items()):
-        logger.info("run %s is complete: nothing to resume", manifest.run_id)
-        summary = summarize(
-            plan.previous, n_planned=plan.n_planned, comparability=manifest.comparability
-        )
-        return RunResult(run_dir, manifest, summary)
-    async with _make_http() as http:
-        runner = _Runner(
-            plan,
-            progress=progress,
-            http=http,
-            env_headers=env_headers,
-            argv=argv or manifest.argv,
-            parent_manifest=manifest,
-        )
-        return await runner.run()
+    retry_outcomes = {RETRY_OUTCOMES[name] for name in retry}
+    with RunLock(run_dir):  # read what is done only once no other writer can add to it
+        manifest = read_manifest(run_dir)
+        repair_results(run_dir / EPISODES)
+        previous = read_results(run_dir)
+        plan.previous = [r for r in previous if r.outcome not in retry_outcomes]
+        plan.done = {r.key() for r in plan.previous}
+        if len(plan.previous) < len(previous):
+            logger.info(
+                "resume %s: running %d episode(s) again (%s); their earlier records stay as "
+                "history and are not counted",
+                run_dir,
+                len(previous) - len(plan.previous),
+                ", ".join(sorted(retry)),
+            )
+        if manifest.status == "completed" and not any(True for _ in plan.items()):
+            logger.info("run %s is complete: nothing to resume", manifest.run_id)
+            summary = summarize(
+                plan.previous, n_planned=plan.n_planned, comparability=manifest.comparability
+            )
+            return RunResult(run_dir, manifest, summary)
+        async with _make_http() as http:
+            runner = _Runner(
+                plan,
+                progress=progress,
+                http=http,
+                env_headers=env_headers,
+                argv=argv or manifest.argv,
+                parent_manifest=manifest,
+            )
+            return await runner.run()
 
 
 def evaluate(config: EvalConfig, **kwargs: Any) -> RunResult:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -28,8 +29,15 @@ from pydantic import (
     model_validator,
 )
 
+from taskhub._limits import loads_bounded
+from taskhub._urls import redact_urls_in
+
 #: Version of the episode record and run manifest formats written by this taskhub.
 SCHEMA_VERSION = 1
+#: What a run id may be: it names a folder (``runs/<run_id>/``), locally and on the Hub.
+_RUN_ID = re.compile(r"^[\w.-]{1,200}$")
+#: Longest error message kept in a record (characters).
+MAX_ERROR_MESSAGE = 4000
 
 #: How an episode ended. ``scored``: it ran and has a reward. ``agent_error``: the model never
 #: produced a usable action (its fault; the episode still gets the reward it earned).
@@ -61,8 +69,8 @@ def _decode_json_object(value: Any, field: str) -> Any:
     """Accept a JSON object given as text (how Hub tables keep heterogeneous kwargs)."""
     if isinstance(value, str):
         try:
-            decoded = json.loads(value)
-        except json.JSONDecodeError as exc:
+            decoded = loads_bounded(value)
+        except ValueError as exc:
             raise ValueError(f"{field} is a string that is not JSON: {exc}") from None
         if not isinstance(decoded, dict):
             raise ValueError(f"{field} must be a JSON object, got {type(decoded).__name__}")
@@ -261,9 +269,12 @@ class ErrorInfo(BaseModel):
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
         """Build the record of ``exc``, reading taskhub's context attributes when present."""
         code = getattr(exc, "code", None)
+        message = redact_urls_in(str(exc) or repr(exc))
+        if len(message) > MAX_ERROR_MESSAGE:  # an error can quote a huge reply or frame
+            message = message[:MAX_ERROR_MESSAGE] + f"... [{len(message)} characters, cut]"
         return cls(
             type=type(exc).__name__,
-            message=str(exc) or repr(exc),
+            message=message,
             boundary=getattr(exc, "boundary", "runner"),
             code=None if code is None else str(code),
         )
@@ -507,6 +518,12 @@ class EvalConfig(BaseModel):
     ``taskset``)."""
     cache: str | None = None
     """Folder of the model-call cache (``taskhub.models.CachedModel``); None: no cache."""
+    fresh_session: bool = False
+    """Open a new env session for every episode, instead of resetting an idle open session of
+    the server again (WebSocket servers serve many episodes per session)."""
+    trust_remote_code: bool = False
+    """Let the taskset's rows and card run code (``python:`` rewards, an env folder); refused
+    otherwise. Specs given here (``rewards``, ``env``) are the user's own either way."""
 
     @field_validator("shard")
     @classmethod
@@ -516,6 +533,33 @@ class EvalConfig(BaseModel):
             if count < 1 or not 0 <= index < count:
                 raise ValueError(f"shard {index}/{count} is not i/n with 0 <= i < n")
         return value
+
+
+class HttpDialect(BaseModel):
+    """How an HTTP-only server wants its requests, and how it shapes its replies.
+
+    OpenEnv's own HTTP routes are the defaults; hand-rolled servers differ in the paths, in
+    whether the action is wrapped in ``{"action": ...}``, and in whether the observation is
+    nested under ``observation`` or is the reply itself (replies are read either way).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    reset_path: str = "/reset"
+    """Path of the reset route (``POST``)."""
+    step_path: str = "/step"
+    """Path of the step route (``POST``)."""
+    state_path: str | None = "/state"
+    """Path of the state route (``GET``), or None when the server has none."""
+    health_path: str | None = "/health"
+    """Path that answers 200 while the server is up, or None when none does."""
+    wrap_action: bool = True
+    """Send ``{"action": action}`` (OpenEnv's body) rather than the bare action."""
+    observation_key: str | None = "observation"
+    """Key of the observation in replies; None when the observation is the reply itself."""
+    reset_keys: tuple[str, ...] | None = None
+    """The reset kwargs the route accepts (others are dropped, as OpenEnv's server drops
+    what ``reset()`` does not take); None when it accepts any."""
 
 
 class EnvInfo(BaseModel):
@@ -531,6 +575,8 @@ class EnvInfo(BaseModel):
     """Base URLs of the servers used (one per replica)."""
     transport: Literal["ws", "http"] = "ws"
     """WebSocket sessions, or the HTTP fallback for servers without ``/ws``."""
+    http_dialect: HttpDialect | None = None
+    """Routes and body shapes of the HTTP fallback (transport ``http``); OpenEnv's when None."""
     metadata: JsonObject | None = None
     """What ``GET /metadata`` returned."""
     action_schema: JsonObject | None = None
@@ -689,6 +735,16 @@ class RunManifest(BaseModel):
     comparability: Comparability | None = None
     """What the run's scores can be pooled and compared with (``taskhub.comparability``); runs
     written before this field have it recomputed from the fields above."""
+
+    @field_validator("run_id")
+    @classmethod
+    def _usable_run_id(cls, value: str) -> str:
+        if not _RUN_ID.match(value) or value in (".", ".."):
+            raise ValueError(
+                f"run id {value!r} cannot name a folder: use letters, digits, '.', '_' or '-', "
+                "and not '.' or '..'"
+            )
+        return value
 
 
 #: Result of one validation check (RFC 008 vocabulary).

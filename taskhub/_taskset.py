@@ -16,11 +16,11 @@ from __future__ import annotations
 import csv
 import hashlib
 import importlib.util
-import json
+import io
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,8 @@ import yaml
 from pydantic import ValidationError
 
 from taskhub._errors import SchemaError, TasksetError, TasksetNotFound
+from taskhub._limits import MAX_JSON_DEPTH, loads_bounded
+from taskhub._rows import TaskRows, jsonl_rows, parquet_rows
 from taskhub._schema import Task, TasksetCard, TasksetRef
 
 if TYPE_CHECKING:
@@ -50,7 +52,9 @@ class Taskset:
 
     ref: TasksetRef
     card: TasksetCard
-    splits: dict[str, tuple[Task, ...]]
+    splits: Mapping[str, Sequence[Task]]
+    """Each split's rows: a tuple, or ``TaskRows`` (large files: ``Task`` objects built when
+    read)."""
     environment: EnvironmentDeclaration | None = None
     """The dataset's ``environment.yaml`` (a Hub RL environment dataset), if it has one."""
 
@@ -65,7 +69,7 @@ class Taskset:
             return self.card.default_split
         return "test" if "test" in self.splits else next(iter(self.splits))
 
-    def tasks(self, split: str | None = None) -> tuple[Task, ...]:
+    def tasks(self, split: str | None = None) -> Sequence[Task]:
         """Return the rows of ``split`` (the default split when None).
 
         Raises:
@@ -127,7 +131,7 @@ def load_taskset(
     """
     path = Path(source).expanduser()
     if path.is_dir():
-        return _load_folder(path, TasksetRefParts(source, "local", path.name))
+        return _load_folder(path, TasksetRefParts(source, "local", path.resolve().name))
     if path.is_file():
         return _load_file(path, source)
     builtins = builtin_tasksets()
@@ -341,10 +345,13 @@ def data_files(
         splits: dict[str, list[Path]] = {}
         for split, patterns in entries:
             for pattern in [patterns] if isinstance(patterns, str) else list(patterns or []):
+                _check_pattern(folder, str(split), pattern)
                 matched = sorted(folder.glob(pattern))
                 if not matched:
                     raise TasksetNotFound(f"{folder}: split {split!r} file {pattern!r} not found")
-                splits.setdefault(str(split), []).extend(matched)
+                splits.setdefault(str(split), []).extend(
+                    _inside(folder, path, f"split {split!r} file {pattern!r}") for path in matched
+                )
         return splits
     found: dict[str, list[Path]] = {}
     for base in (folder / "data", folder):
@@ -352,13 +359,41 @@ def data_files(
             if file.suffix in DATA_SUFFIXES and file.is_file():
                 split = re.split(r"[-_.]", file.name)[0]
                 if split in ("train", "test", "validation", "dev"):
-                    found.setdefault(split, []).append(file)
+                    found.setdefault(split, []).append(_inside(folder, file, "data file"))
         if found:
             return found
     raise TasksetNotFound(
         f"{folder} has no data files: add a README.md with `configs:` or data/train.jsonl, "
         "data/test.jsonl"
     )
+
+
+def _check_pattern(folder: Path, split: str, pattern: Any) -> None:
+    """Refuse a ``data_files`` entry that names something outside the taskset folder."""
+    where = f"{folder}/README.md: split {split!r} data file {pattern!r}"
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise SchemaError(f"{where}: a data file must be a path inside the taskset folder")
+    if pattern.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", pattern):
+        raise SchemaError(
+            f"{where}: absolute paths are refused; data files are paths inside the taskset "
+            "folder, such as data/test.jsonl"
+        )
+    if ".." in re.split(r"[/\\]", pattern) or "://" in pattern:
+        raise SchemaError(f"{where}: leaves the taskset folder; data files must stay inside it")
+
+
+def _inside(folder: Path, path: Path, what: str) -> Path:
+    """Return ``path`` when it (symlinks followed) stays inside ``folder``; refuse it otherwise."""
+    roots = [folder.resolve()]
+    if folder.parent.name == "snapshots":  # a Hub cache snapshot links to the repo's blobs
+        roots.append((folder.parent.parent / "blobs").resolve())
+    resolved = path.resolve()
+    if not any(resolved.is_relative_to(root) for root in roots):
+        raise SchemaError(
+            f"{folder}: {what} {str(path.relative_to(folder))!r} leads outside the taskset "
+            f"folder (to {str(resolved)!r}, through a symlink); refused"
+        )
+    return path
 
 
 def _load_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
@@ -369,7 +404,7 @@ def _load_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
     found = environment.openenv() if environment is not None else None
     config_name = (found[0].config_name if found else None) or "default"
     files = data_files(folder, header, config_name)
-    splits = {split: _validate_rows(split, _read_files(paths)) for split, paths in files.items()}
+    splits = {split: _split_rows(split, paths) for split, paths in files.items()}
     _check_unique_ids(splits)
     name = card.name or parts.name
     if card.env is None and environment is not None and environment.env_spec is not None:
@@ -383,20 +418,36 @@ def _load_file(path: Path, source: str) -> Taskset:
         raise TasksetError(
             f"{path}: unsupported taskset file; use one of {', '.join(DATA_SUFFIXES)} or a folder"
         )
-    splits = {"train": _validate_rows("train", _read_files([path]))}
+    splits = {"train": _split_rows("train", [path])}
     _check_unique_ids(splits)
     parts = TasksetRefParts(source, "file", path.stem)
     return Taskset(_ref(parts, path.stem, splits, path), TasksetCard(), splits)
 
 
+def _split_rows(split: str, paths: list[Path]) -> Sequence[Task]:
+    """A split's validated rows: checked in bulk when the files allow it (see ``_rows``)."""
+    rows = None
+    if all(p.suffix == ".jsonl" for p in paths):
+        rows = jsonl_rows(split, paths)
+    elif all(p.suffix == ".parquet" for p in paths):
+        rows = parquet_rows(split, paths)
+    # what the bulk checks cannot vouch for, Task validates row by row (and names the errors)
+    return rows if rows is not None else _validate_rows(split, _read_files(paths))
+
+
+def _content_hashes(tasks: Sequence[Task]) -> list[str]:
+    if isinstance(tasks, TaskRows):
+        return tasks.content_hashes()  # computed once, at load
+    return [task.content_hash() for task in tasks]
+
+
 def _ref(
-    parts: TasksetRefParts, name: str, splits: dict[str, tuple[Task, ...]], path: Path
+    parts: TasksetRefParts, name: str, splits: Mapping[str, Sequence[Task]], path: Path
 ) -> TasksetRef:
     digest = hashlib.sha256()
     for split, tasks in splits.items():
         digest.update(split.encode() + b"\n")
-        for task in tasks:
-            digest.update(task.content_hash().encode() + b"\n")
+        digest.update("".join(h + "\n" for h in _content_hashes(tasks)).encode())
     return TasksetRef(
         source=parts.source,
         kind=parts.kind,  # type: ignore[arg-type]
@@ -431,7 +482,7 @@ def _read_files(paths: list[Path]) -> Iterator[_Row]:
                 # Arrow struct columns give every row every key, null where the row had none.
                 yield _Row(f"{path.name} row {index}", row, strip_nulls=True)
         elif path.suffix == ".csv":
-            with path.open(newline="", encoding="utf-8") as f:
+            with io.StringIO(_read_text(path), newline="") as f:
                 for index, row in enumerate(csv.DictReader(f)):
                     cleaned = {k: v for k, v in row.items() if v not in ("", None)}
                     if "max_steps" in cleaned:
@@ -449,11 +500,11 @@ def _int_or_text(value: str) -> int | str:
 
 
 def _read_json(path: Path) -> Iterator[_Row]:
-    text = path.read_text(encoding="utf-8")
+    text = _read_text(path)
     if path.suffix == ".json" and text.lstrip().startswith("["):
         try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
+            rows = loads_bounded(text, limit=MAX_JSON_DEPTH + 1, constants=True)
+        except ValueError as exc:
             raise SchemaError(f"{path.name}: not valid JSON: {exc}") from None
         for index, row in enumerate(rows):
             yield _Row(f"{path.name} row {index}", row)
@@ -462,10 +513,23 @@ def _read_json(path: Path) -> Iterator[_Row]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
+            row = loads_bounded(line, constants=True)
+        except ValueError as exc:
             raise SchemaError(f"{path.name} line {number}: not valid JSON: {exc}") from None
         yield _Row(f"{path.name} line {number}", row)
+
+
+def _read_text(path: Path) -> str:
+    """Read a data file as UTF-8; a byte that is not names its line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TasksetError(
+            f"{path.name} line {line}: not UTF-8 text (byte {data[exc.start]:#04x} at offset "
+            f"{exc.start}); save the file as UTF-8"
+        ) from None
 
 
 def _strip_nulls(value: Any) -> Any:
@@ -522,17 +586,56 @@ def _validate_rows(split: str, rows: Iterator[_Row]) -> tuple[Task, ...]:
     return tuple(tasks)
 
 
-def _check_unique_ids(splits: dict[str, tuple[Task, ...]]) -> None:
+def _check_unique_ids(splits: Mapping[str, Sequence[Task]]) -> None:
+    every = {
+        split: tasks.task_ids if isinstance(tasks, TaskRows) else [t.task_id for t in tasks]
+        for split, tasks in splits.items()
+    }
+    if len(set().union(*every.values())) == sum(len(ids) for ids in every.values()):
+        return  # no duplicate: nothing to name
     seen: dict[str, tuple[str, int]] = {}
-    for split, tasks in splits.items():
-        for index, task in enumerate(tasks):
-            if task.task_id in seen:
-                other_split, other_index = seen[task.task_id]
+    for split, ids in every.items():
+        for index, task_id in enumerate(ids):
+            if task_id in seen:
+                other_split, other_index = seen[task_id]
                 raise SchemaError(
-                    f"{split} row {index}: duplicate task_id {task.task_id!r} "
+                    f"{split} row {index}: duplicate task_id {task_id!r} "
                     f"(already used by {other_split} row {other_index})",
                     row=index,
                     field="task_id",
                     split=split,
                 )
-            seen[task.task_id] = (split, index)
+            seen[task_id] = (split, index)
+
+
+# --- readers for the modules that build tasksets (scaffolding from a file or a generator) -----
+
+#: One raw row and where it came from (``data.jsonl line 3``), before validation.
+Row = _Row
+
+
+def read_rows(paths: list[Path]) -> Iterator[Row]:
+    """Yield the raw rows of data files (``.jsonl``, ``.json``, ``.parquet``, ``.csv``).
+
+    Raises:
+        TasksetError: A file cannot be read (the file and line are named).
+    """
+    return _read_files(paths)
+
+
+def validate_rows(split: str, rows: Iterator[Row]) -> tuple[Task, ...]:
+    """Validate raw rows into tasks, as loading does.
+
+    Raises:
+        SchemaError: Rows do not match the schema (split, row, where and field named).
+    """
+    return _validate_rows(split, rows)
+
+
+def check_unique_ids(splits: dict[str, tuple[Task, ...]]) -> None:
+    """Refuse a task id used twice across the splits.
+
+    Raises:
+        SchemaError: A duplicate task id (both rows named).
+    """
+    _check_unique_ids(splits)

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import ctypes
+import functools
 import json
+import re
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from jinja2 import StrictUndefined, Template, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import StrictUndefined, Template, TemplateError, nodes
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.exceptions import SecurityError
+from jinja2.runtime import Context
+from jinja2.sandbox import SandboxedEnvironment, safe_range
+from jinja2.utils import Namespace
 
 from taskhub._errors import ConfigError
 from taskhub._schema import TasksetCard
@@ -37,7 +49,152 @@ CARD_FIELDS = {"system": "system_prompt", "first": "prompt_template", "step": "s
 
 # Observation fields that are protocol plumbing, not content for the model.
 _HIDDEN_FIELDS = {"done", "reward", "metadata"}
-_jinja = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
+#: Longest text a template may produce, and longest value it may build on the way (characters).
+MAX_RENDER_CHARS = 1 << 20
+#: Longest template source a card may hold (characters).
+MAX_TEMPLATE_CHARS = 64 * 1024
+#: Deadline of one render, seconds (generous: a card's template renders in milliseconds).
+RENDER_TIMEOUT_S = 10.0
+#: Largest exponent of ``**`` in a template.
+_MAX_EXPONENT = 256
+_WIDTH = re.compile(r"%[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?|\{[^{}]*:[^{}]*?(\d+)[^{}]*\}")
+_render_state = threading.local()
+
+
+class TemplateLimitError(SecurityError):
+    """Raised inside a render that breaks a bound (size, deadline)."""
+
+
+def _check_deadline() -> None:
+    deadline = getattr(_render_state, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise TemplateLimitError(f"rendering took longer than its {RENDER_TIMEOUT_S:g}s deadline")
+
+
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, str | bytes | list | tuple) else 0
+
+
+def _check_value(value: Any) -> Any:
+    if _size(value) > MAX_RENDER_CHARS:
+        raise TemplateLimitError(f"a value of {_size(value)} items is over the limit")
+    return value
+
+
+def _check_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Refuse an argument that asks for more output than a render may produce."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_RENDER_CHARS:
+            raise TemplateLimitError(f"the argument {value} asks for more than the output limit")
+        if isinstance(value, str):
+            _check_format(value)
+
+
+def _check_format(text: str) -> None:
+    """Refuse a %- or {}-format whose width or precision passes the output limit."""
+    if "%" not in text and "{" not in text:
+        return
+    for match in _WIDTH.finditer(text):
+        for group in match.groups():
+            if group == "*" or (group and int(group) > MAX_RENDER_CHARS):
+                raise TemplateLimitError(f"the format {match.group(0)!r} is over the output limit")
+
+
+def _bounded_filter(name: str, fn: Any) -> Any:
+    @functools.wraps(fn)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        _check_deadline()
+        _check_args(args[1:], kwargs)
+        return _check_value(fn(*args, **kwargs))
+
+    return bounded
+
+
+def _bounded_range(*args: int) -> Iterator[int]:
+    for index, value in enumerate(safe_range(*args)):
+        if not index & 1023:
+            _check_deadline()
+        yield value
+
+
+class _Namespace(Namespace):
+    def __setitem__(self, name: str, value: Any) -> None:
+        _check_deadline()
+        super().__setitem__(name, _check_value(value))
+
+
+class _CodeGenerator(CodeGenerator):
+    """Compiles ``a ~ b`` to a join that checks its size (the sandbox cannot intercept ``~``)."""
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        self.write("environment.bounded_concat((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
+class BoundedSandbox(SandboxedEnvironment):
+    """jinja2's sandbox, bounded in time and size, compiled without constant folding.
+
+    Constant folding would evaluate ``{{ '%2000000000s' % 'x' }}`` while compiling, outside any
+    check. Every operator that can build a large value (``*``, ``%``, ``**``, ``+``, ``~``),
+    every filter and call, ``range`` and ``namespace`` assignment are checked against
+    ``MAX_RENDER_CHARS`` and the render's deadline; the output is cut off at the limit.
+    """
+
+    code_generator_class = _CodeGenerator
+    intercepted_binops = frozenset({"*", "%", "**", "+"})
+
+    def __init__(self) -> None:
+        """Create the environment."""
+        super().__init__(undefined=StrictUndefined, keep_trailing_newline=False, optimized=False)
+        self.filters = {name: _bounded_filter(name, fn) for name, fn in self.filters.items()}
+        self.globals["range"] = _bounded_range
+        self.globals["namespace"] = _Namespace
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        """Apply an operator, refusing results over the limits."""
+        _check_deadline()
+        if operator == "*":
+            for seq, count in ((left, right), (right, left)):
+                if _size(seq) and isinstance(count, int) and _size(seq) * count > MAX_RENDER_CHARS:
+                    raise TemplateLimitError(f"'*' would build {_size(seq) * count} items")
+        elif operator == "%" and isinstance(left, str):
+            _check_format(left)
+        elif operator == "**" and isinstance(right, int | float) and abs(right) > _MAX_EXPONENT:
+            raise TemplateLimitError(f"the exponent {right} is over {_MAX_EXPONENT}")
+        return _check_value(super().call_binop(context, operator, left, right))
+
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        """Call from sandboxed code, refusing size arguments over the limit."""
+        _check_deadline()
+        _check_args(args, kwargs)
+        return _check_value(super().call(__context, __obj, *args, **kwargs))
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        """Read an attribute; a str's ``format`` is checked here (the sandbox wraps it)."""
+        if isinstance(obj, str) and attribute in ("format", "format_map"):
+            _check_format(obj)
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        """Subscript; ``'...'['format']`` is checked as ``getattr`` checks it."""
+        if isinstance(obj, str) and argument in ("format", "format_map"):
+            _check_format(obj)
+        return super().getitem(obj, argument)
+
+    def bounded_concat(self, parts: tuple[Any, ...]) -> str:
+        """``a ~ b ~ ...``, refusing a result over the limit."""
+        _check_deadline()
+        texts = [str(part) for part in parts]
+        if sum(map(len, texts)) > MAX_RENDER_CHARS:
+            raise TemplateLimitError("'~' would build a text over the output limit")
+        return "".join(texts)
+
+
+_jinja = BoundedSandbox()
+_executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="taskhub-template")
 
 
 def observation_text(observation: dict[str, Any]) -> str:
@@ -59,19 +216,24 @@ def observation_text(observation: dict[str, Any]) -> str:
 
 @dataclass
 class Templates:
-    """The prompt templates of a taskset, compiled once."""
+    """The prompt templates of a taskset, compiled once.
+
+    A card's templates are rendered off the event loop, under a deadline and an output limit
+    that a template cannot escape (see ``BoundedSandbox``); taskhub's own defaults, in the loop.
+    """
 
     system: str
     first: str
     step: str
     _compiled: dict[str, Template] = field(default_factory=dict, repr=False, compare=False)
+    _own: set[str] = field(default_factory=set, repr=False, compare=False)
 
     @classmethod
     def from_card(cls, card: TasksetCard) -> Templates:
         """Use the card's templates, the defaults where it sets none.
 
         Raises:
-            ConfigError: A template does not compile.
+            ConfigError: A template is too long or does not compile.
         """
         templates = cls(
             card.system_prompt or DEFAULT_SYSTEM_PROMPT,
@@ -79,23 +241,101 @@ class Templates:
             card.step_template or DEFAULT_STEP_TEMPLATE,
         )
         for name in ("system", "first", "step"):
+            source = getattr(templates, name)
+            if source in (DEFAULT_SYSTEM_PROMPT, DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_TEMPLATE):
+                templates._own.add(name)
+            if len(source) > MAX_TEMPLATE_CHARS:
+                raise ConfigError(
+                    f"taskset card {CARD_FIELDS[name]} is {len(source)} characters long: over "
+                    f"the {MAX_TEMPLATE_CHARS}-character limit of a template"
+                )
             try:
-                templates._compiled[name] = _jinja.from_string(getattr(templates, name))
-            except TemplateError as exc:
+                templates._compiled[name] = _jinja.from_string(source)
+            except (TemplateError, RecursionError) as exc:
                 raise ConfigError(
                     f"taskset card {CARD_FIELDS[name]} does not compile: {exc}"
                 ) from None
         return templates
 
     def render(self, which: str, **variables: Any) -> str:
-        """Render the ``system``, ``first`` or ``step`` template.
+        """Render the ``system``, ``first`` or ``step`` template, here, under its bounds.
 
         Raises:
-            ConfigError: The template fails (an undefined variable, a sandbox violation).
+            ConfigError: The template fails (an undefined variable, a sandbox violation, the
+                output limit, the deadline).
         """
+        _render_state.deadline = time.monotonic() + RENDER_TIMEOUT_S
         try:
-            return self._compiled[which].render(**variables).strip()
-        except TemplateError as exc:
+            chunks, size = [], 0
+            for chunk in self._compiled[which].generate(**variables):
+                size += len(chunk)
+                if size > MAX_RENDER_CHARS:
+                    raise TemplateLimitError(
+                        f"the output is over the {MAX_RENDER_CHARS}-character limit"
+                    )
+                chunks.append(chunk)
+                _check_deadline()
+            return "".join(chunks).strip()
+        except (TemplateError, RecursionError, MemoryError, _Interrupted) as exc:
+            if isinstance(exc, _Interrupted):
+                exc = TemplateLimitError(
+                    f"rendering took longer than its {RENDER_TIMEOUT_S:g}s deadline"
+                )
             raise ConfigError(
                 f"taskset card {CARD_FIELDS[which]} failed to render: {exc}"
             ) from None
+        finally:
+            _render_state.deadline = None
+
+    async def render_async(self, which: str, **variables: Any) -> str:
+        """``render`` off the event loop (for a card's template), so a slow one blocks nothing.
+
+        A render still running at its deadline is interrupted in its thread.
+
+        Raises:
+            ConfigError: As ``render``.
+        """
+        if which in self._own:
+            return self.render(which, **variables)
+        loop = asyncio.get_running_loop()
+        started = threading.Event()
+        running = asyncio.Event()
+        thread_id: list[int] = []
+
+        def run() -> str:
+            thread_id.append(threading.get_ident())
+            started.set()
+            loop.call_soon_threadsafe(running.set)
+            return self.render(which, **variables)
+
+        def interrupt() -> None:
+            # a loop with no call in it never reaches a deadline check: stop it from outside
+            if started.is_set() and not future.done():
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(thread_id[0]), ctypes.py_object(_Interrupted)
+                )
+
+        future = loop.run_in_executor(_executor, run)
+        try:
+            # the deadline counts from the start of the render, not from its wait for a thread
+            waiter = asyncio.ensure_future(running.wait())
+            try:
+                either: set[asyncio.Future[Any]] = {future, waiter}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+            async with asyncio.timeout(RENDER_TIMEOUT_S + 1.0):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            interrupt()
+            raise ConfigError(
+                f"taskset card {CARD_FIELDS[which]} failed to render: it took longer than its "
+                f"{RENDER_TIMEOUT_S:g}s deadline"
+            ) from None
+        except asyncio.CancelledError:  # the episode's own deadline
+            interrupt()
+            raise
+
+
+class _Interrupted(Exception):
+    """Raised in a render thread that passed its deadline."""

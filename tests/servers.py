@@ -101,6 +101,8 @@ class Session:
     done: bool = False
     target: int = 0
     data: dict[str, Any] = field(default_factory=dict)
+    close_after_reply: bool = False
+    """Set by a handler: the server closes the socket (1000) right after sending its reply."""
 
 
 def counting_reset(session: Session, data: dict[str, Any]) -> Reply:
@@ -277,6 +279,9 @@ class FakeEnv:
                 else:
                     reply = error("UNKNOWN_TYPE", f"unknown type {kind!r}")
                 if not await self._send(websocket, reply):
+                    return
+                if session.close_after_reply:
+                    await websocket.close()
                     return
         except WebSocketDisconnect:
             pass

@@ -19,17 +19,21 @@ from ._batch import (
 )
 from ._check import CheckSpec, Finding, check, failed, passed, registered_checks, skipped
 from ._config import ValidationConfig
+from ._driver import EnvDriver, Trajectory
 from ._policy import DEFAULT_POLICY, Policy, load_policy, policy_files
 from ._render import render_report
-from ._subject import Subject, Trajectory
+from ._subject import EnvDescription, Product, Subject
 from ._validate import validate, validate_async
 
 __all__ = [
     "BatchConfig",
     "CheckSpec",
     "DEFAULT_POLICY",
+    "EnvDescription",
+    "EnvDriver",
     "Finding",
     "Policy",
+    "Product",
     "Subject",
     "Submission",
     "Trajectory",

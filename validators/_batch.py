@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from taskhub import (
     CheckResult,
@@ -72,6 +72,8 @@ SUMMARY_FIELDS = (
 #: Version of the summary.json layout.
 SUMMARY_VERSION = 1
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+#: File stems of the batch's own files in its output folder.
+_RESERVED_STEMS = frozenset({"summary"})
 
 
 class Submission(BaseModel):
@@ -88,10 +90,24 @@ class Submission(BaseModel):
     deadline_s: Annotated[float, Field(gt=0)] | None = None
     """Deadline of this submission (the batch's when None)."""
 
+    @field_validator("name")
+    @classmethod
+    def _usable_name(cls, value: str) -> str:
+        stem = _SAFE_NAME.sub("-", value).strip("-.")
+        if not stem:
+            raise ValueError(
+                f"submission name {value!r} has no letter or digit: it cannot name a report file"
+            )
+        if stem in _RESERVED_STEMS:
+            raise ValueError(
+                f"submission name {value!r} would overwrite the batch's own {stem}.json: rename it"
+            )
+        return value
+
     @property
     def file_stem(self) -> str:
         """The report's file name without ``.json``."""
-        return _SAFE_NAME.sub("-", self.name).strip("-.") or "submission"
+        return _SAFE_NAME.sub("-", self.name).strip("-.")
 
 
 class BatchConfig(BaseModel):

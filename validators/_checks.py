@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from . import _protocol, _runtime, _semantic, _static, _statistical
+from . import _protocol, _runtime, _semantic, _static, _statistical, _taskset
 
-__all__ = ["_protocol", "_runtime", "_semantic", "_static", "_statistical"]
+__all__ = ["_protocol", "_runtime", "_semantic", "_static", "_statistical", "_taskset"]

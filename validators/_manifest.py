@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ._check import JsonObject
+from ._json import JsonObject
 
 ManifestFormat = Literal["served", "descriptive", "unknown"]
 
@@ -63,6 +63,11 @@ class Manifest:
     resource_problems: list[str] = field(default_factory=list)
     oracle: dict[str, Any] | None = None
     declared_sessions: int | None = None
+    wild_reward_range: tuple[float, float] | None = None
+    """A reward range under a key manifests use without a ``validation:`` block
+    (``reward_range``, ``evaluation.reward_range``, ``reward.range``)."""
+    tasks: list[str] = field(default_factory=list)
+    """Task ids a ``tasks:`` list declares (strings, or mappings with ``id`` or ``name``)."""
 
     @property
     def episode_timeout_s(self) -> float | None:
@@ -121,6 +126,8 @@ def read_manifest(folder: Path) -> Manifest:
         return manifest
     manifest.raw = raw
     _read_top_level(manifest, raw, folder)
+    manifest.tasks = declared_tasks(raw)
+    manifest.wild_reward_range = wild_reward_range(raw)
     validation = raw.get("validation")
     if validation is not None:
         if isinstance(validation, dict):
@@ -164,6 +171,52 @@ def _read_top_level(manifest: Manifest, raw: dict[str, Any], folder: Path) -> No
     problem = app_problem(folder, app)
     if problem:
         manifest.problems.append(problem)
+
+
+def _as_range(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, dict):
+        value = [value.get("min", value.get("low")), value.get("max", value.get("high"))]
+    if (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(_is_number(v) for v in value)
+        and value[0] < value[1]
+    ):
+        return float(value[0]), float(value[1])
+    return None
+
+
+def wild_reward_range(raw: dict[str, Any]) -> tuple[float, float] | None:
+    """The reward range of a manifest without a ``validation:`` block, under the keys seen."""
+    evaluation, reward = raw.get("evaluation"), raw.get("reward")
+    for value in (
+        raw.get("reward_range"),
+        evaluation.get("reward_range") if isinstance(evaluation, dict) else None,
+        reward.get("range") if isinstance(reward, dict) else None,
+    ):
+        found = _as_range(value)
+        if found is not None:
+            return found
+    return None
+
+
+def declared_tasks(raw: dict[str, Any]) -> list[str]:
+    """Task ids of a ``tasks:`` list, at the top level or under ``environment:``."""
+    tasks = raw.get("tasks")
+    environment = raw.get("environment")
+    if tasks is None and isinstance(environment, dict):
+        tasks = environment.get("tasks")
+    if not isinstance(tasks, list):
+        return []
+    ids = []
+    for item in tasks[:100]:
+        if isinstance(item, str | int) and not isinstance(item, bool):
+            ids.append(str(item))
+        elif isinstance(item, dict):
+            value = next((item[k] for k in ("id", "task_id", "name") if item.get(k)), None)
+            if isinstance(value, str | int) and not isinstance(value, bool):
+                ids.append(str(value))
+    return ids
 
 
 def app_problem(folder: Path, app: str) -> str | None:

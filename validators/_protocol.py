@@ -11,135 +11,37 @@ import asyncio
 import contextlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from taskhub import EnvCapacityError, EnvConnectError, EnvError, EnvLaunchError, EnvTimeout
-from taskhub.env import EnvClient, split_base_url
+from taskhub import EnvCapacityError, EnvConnectError, EnvError
+from taskhub.env import OPENENV_HTTP, EnvClient, HttpDialect, learn_http_dialect, split_base_url
 
-from ._check import Finding, JsonObject, check, failed, passed
-from ._subject import Subject
-
-
-@dataclass
-class HttpReply:
-    """An HTTP answer as a check saw it."""
-
-    path: str
-    status: int | None = None
-    body: bytes = b""
-    json: Any = None
-    error: str | None = None
-    latency_s: float = 0.0
-
-    def evidence(self) -> JsonObject:
-        """Status and body excerpt, for reports."""
-        out: JsonObject = {
-            "request": self.path,
-            "status": self.status,
-            "body": self.body[:400].decode("utf-8", "replace"),
-        }
-        if self.error:
-            out["error"] = self.error
-        return out
-
-
-async def http_call(
-    subject: Subject,
-    path: str,
-    *,
-    method: str = "GET",
-    json_body: Any = None,
-    content: bytes | None = None,
-) -> HttpReply:
-    """One HTTP request under the op deadline, reading at most ``max_frame_bytes``."""
-    reply = HttpReply(f"{method} {path}")
-    if subject.url is None:
-        reply.error = "no server"
-        return reply
-    url = split_base_url(subject.url)[0] + path
-    started = time.perf_counter()
-    limit = subject.config.max_frame_bytes
-    kwargs: dict[str, Any] = {}
-    if content is not None:
-        kwargs = {"content": content, "headers": {"content-type": "application/json"}}
-    elif json_body is not None:
-        kwargs = {"json": json_body}
-    try:
-        async with asyncio.timeout(subject.config.op_timeout_s):
-            async with subject.http.stream(method, url, **kwargs) as response:
-                reply.status = response.status_code
-                async for chunk in response.aiter_bytes():
-                    reply.body += chunk
-                    if len(reply.body) > limit:
-                        reply.error = f"body larger than {limit} bytes"
-                        break
-    except TimeoutError:
-        reply.error = f"no answer within {subject.config.op_timeout_s:g}s"
-    except httpx.HTTPError as exc:
-        reply.error = f"{type(exc).__name__}: {exc}"
-    reply.latency_s = time.perf_counter() - started
-    if reply.error is None and reply.body:
-        try:
-            reply.json = json.loads(reply.body)
-        except ValueError:
-            reply.json = None
-    return reply
-
-
-# --- runtime.startup ---------------------------------------------------------------------------
-
-
-@check("runtime.startup", level="runtime", order=20)
-async def check_startup(subject: Subject) -> Finding:
-    """The env starts (a folder is launched locally) and answers HTTP."""
-    if subject.folder is not None:
-        started = time.perf_counter()
-        try:
-            server = await subject.launch()
-        except (EnvLaunchError, EnvTimeout) as exc:
-            return failed(
-                f"the server did not start: {str(exc).splitlines()[0]}",
-                "Make `python -m uvicorn <app> --port P` work from the env folder with the "
-                "declared dependencies installed; the log shows the error.",
-                measured={"startup_s": round(time.perf_counter() - started, 3)},
-                evidence=[str(exc)[-3000:]],
-            )
-        subject.sample_rss()
-        return passed(
-            f"launched {subject.root.name} and /health answered in "
-            f"{time.perf_counter() - started:.2f}s",
-            measured={
-                "startup_s": round(time.perf_counter() - started, 3),
-                "pid": server.process.pid,
-                "url": server.url,
-            },
-        )
-    reply = await http_call(subject, "/health")
-    if reply.status is None:
-        # a server without /health still answers something on /
-        reply = await http_call(subject, "/")
-    if reply.status is None:
-        url, subject.url = subject.url, None
-        return failed(
-            f"{url} does not answer: {reply.error}",
-            "Start the server and check the URL.",
-            evidence=[reply.evidence()],
-        )
-    return passed(f"{subject.url} answers HTTP", measured={"status": reply.status})
-
+from ._actions import candidate_actions, inline, repaired
+from ._check import Finding, check, failed, passed, skipped
+from ._driver import ActionPolicy, HttpReply, Transport, http_call
+from ._json import JsonObject
+from ._subject import Product, Subject
 
 # --- HTTP routes -------------------------------------------------------------------------------
 
 
-@check("protocol.health", level="protocol", order=30, needs=("server",))
+async def fetch_metadata(subject: Subject) -> HttpReply:
+    """``GET /metadata`` as the server answered it."""
+    return await http_call(subject.driver, "/metadata")
+
+
+#: The server's ``GET /metadata`` reply (the report carries its body).
+METADATA = Product("metadata", fetch_metadata)
+
+
+@check("protocol.health", level="protocol", needs=("server",))
 async def check_health(subject: Subject) -> Finding:
     """GET /health answers 200."""
-    reply = await http_call(subject, "/health")
+    reply = await http_call(subject.driver, "/health")
     measured: JsonObject = {"status": reply.status, "latency_s": round(reply.latency_s, 4)}
     if reply.status != 200:
         return failed(
@@ -151,13 +53,11 @@ async def check_health(subject: Subject) -> Finding:
     return passed("GET /health answers 200", measured=measured, evidence=[reply.evidence()])
 
 
-@check("protocol.metadata", level="protocol", order=31, needs=("server",))
+@check("protocol.metadata", level="protocol", needs=("server",))
 async def check_metadata(subject: Subject) -> Finding:
     """GET /metadata returns the env's name and description."""
-    reply = await http_call(subject, "/metadata")
+    reply = await subject.get(METADATA)
     body = reply.json if isinstance(reply.json, dict) else None
-    if body is not None:
-        subject.metadata = body
     if (
         reply.status != 200
         or body is None
@@ -183,10 +83,11 @@ def _is_json_schema(value: Any) -> bool:
     )
 
 
-@check("protocol.schema", level="protocol", order=32, needs=("server",))
+@check("protocol.schema", level="protocol", needs=("server",))
 async def check_schema(subject: Subject) -> Finding:
     """GET /schema returns JSON schemas of the action, the observation and the state."""
-    reply = await http_call(subject, "/schema")
+    wire = await subject.get(WIRE)
+    reply = wire.schema_reply
     body = reply.json if isinstance(reply.json, dict) else {}
     parts = {key: _is_json_schema(body.get(key)) for key in ("action", "observation", "state")}
     measured: JsonObject = {
@@ -203,14 +104,13 @@ async def check_schema(subject: Subject) -> Finding:
             measured=measured,
             evidence=[reply.evidence()],
         )
-    subject.schema = body
     return passed("GET /schema describes the action, observation and state", measured=measured)
 
 
-@check("protocol.openapi", level="protocol", order=33, needs=("server",))
+@check("protocol.openapi", level="protocol", needs=("server",))
 async def check_openapi(subject: Subject) -> Finding:
     """GET /openapi.json is an OpenAPI document listing the env's routes."""
-    reply = await http_call(subject, "/openapi.json")
+    reply = await http_call(subject.driver, "/openapi.json")
     body = reply.json if isinstance(reply.json, dict) else {}
     paths = body.get("paths")
     if (
@@ -288,14 +188,15 @@ async def raw_recv(ws: ClientConnection, timeout: float) -> RawReply:
 @contextlib.asynccontextmanager
 async def raw_socket(subject: Subject) -> Any:
     """A raw WebSocket to the env's ``/ws`` (deadline on the handshake, limit on frames)."""
-    if subject.url is None:
+    driver = subject.driver
+    if driver.url is None:
         raise EnvConnectError("no server")
-    ws_url = split_base_url(subject.url)[1]
+    ws_url = split_base_url(driver.url)[1]
     try:
         ws = await connect(
             ws_url,
-            open_timeout=subject.config.op_timeout_s,
-            max_size=subject.config.max_frame_bytes,
+            open_timeout=driver.config.op_timeout_s,
+            max_size=driver.config.max_frame_bytes,
             compression=None,
             close_timeout=1,
         )
@@ -313,31 +214,247 @@ async def raw_socket(subject: Subject) -> Any:
             ws.transport.abort()
 
 
-@check("protocol.websocket", level="protocol", order=34, needs=("server",))
-async def check_websocket(subject: Subject) -> Finding:
-    """The WebSocket /ws accepts a session and answers reset with an observation frame."""
-    timeout = subject.config.op_timeout_s
-    frame = json.dumps({"type": "reset", "data": {"seed": 1, "episode_id": "taskhub-ws-probe"}})
+@dataclass
+class Wire:
+    """What the server speaks, as discovered before the first episode."""
+
+    schema_reply: HttpReply
+    """``GET /schema`` as answered."""
+    openapi_reply: HttpReply | None = None
+    """``GET /openapi.json`` as answered."""
+    ws_frame: str = ""
+    """The reset frame sent to ``/ws``."""
+    ws_reply: RawReply | None = None
+    """What ``/ws`` answered to it (None when no socket opened)."""
+    ws_error: str | None = None
+    """Why no WebSocket opened."""
+    ws_usable: bool = False
+    """Whether ``/ws`` speaks OpenEnv's protocol."""
+    schema_source: str | None = None
+    """Where the action schema came from: ``schema`` (``/schema``), ``openapi``, or None."""
+    schema_disagreement: list[str] = field(default_factory=list)
+    """How ``/schema``'s action differs from the step body the server validates."""
+    nested_observation: bool | None = None
+    """Whether HTTP replies nest the observation under ``observation`` (OpenEnv's body)."""
+    attempts: list[JsonObject] = field(default_factory=list)
+    """What was tried to play an episode, and what came back."""
+    cause: str | None = None
+    """Why no episode plays (None when one does)."""
+    action: JsonObject | None = None
+    """The first action the env accepted."""
+    http_dialect: HttpDialect | None = None
+    """The dialect of the server's HTTP episode routes, when it has them (``/ws`` or not)."""
+    openapi_action: dict[str, Any] | None = None
+    """The action schema of the step route in ``/openapi.json``, when it is typed."""
+
+
+def _openapi_action(reply: HttpReply) -> tuple[HttpDialect | None, dict[str, Any] | None]:
+    learnt = learn_http_dialect(reply.json)
+    if learnt is None:
+        return None, None
+    dialect, action = learnt
+    return dialect, inline(reply.json, action) if action else None
+
+
+def _disagreement(declared: dict[str, Any], validated: dict[str, Any]) -> list[str]:
+    """Fields the server requires that ``/schema`` does not describe, and the reverse."""
+    declared_props = set(declared.get("properties") or {}) - {"metadata"}
+    validated_props = set(validated.get("properties") or {}) - {"metadata"}
+    if not validated_props:
+        return []
+    out = [
+        f"the step route requires {name!r}, which /schema's action does not have"
+        for name in sorted(set(validated.get("required") or []) - declared_props)
+    ]
+    out += [
+        f"/schema's action requires {name!r}, which the step route does not take"
+        for name in sorted(set(declared.get("required") or []) - validated_props)
+    ]
+    return out
+
+
+async def _try_to_play(subject: Subject, wire: Wire, dialects: list[HttpDialect]) -> None:
+    """Find a transport, reset kwargs and a first action the env accepts; set up the driver."""
+    driver = subject.driver
+    task = subject.tasks[0] if subject.tasks else None
+    base = subject.reset_kwargs(task, tag="wire") if task is not None else {"seed": 1}
+    resets = [base, {k: v for k, v in base.items() if k != "episode_id"}, {}]
+    routes: list[tuple[Transport, HttpDialect | None]] = []
+    if wire.ws_usable:
+        routes.append(("ws", None))
+    routes += [("http", d) for d in dialects]
+    reset_errors: list[str] = []
+    step_errors: list[str] = []
+    for transport, dialect in routes:
+        driver.transport = transport
+        driver.dialect = dialect or OPENENV_HTTP
+        kwargs = None
+        for candidate in resets:
+            trajectory = await driver.play(candidate, lambda i, r: None, max_steps=0)
+            wire.attempts.append(
+                {"transport": transport, "reset": candidate, "error": _text(trajectory.error)}
+            )
+            if trajectory.error is None:
+                kwargs = candidate
+                break
+            reset_errors.append(_text(trajectory.error) or "")
+        if kwargs is None:
+            continue
+        if transport == "http" and dialect is not None and kwargs is not base:
+            driver.dialect = _with_reset_keys(dialect, kwargs)
+        if transport == "http":
+            wire.http_dialect = driver.dialect
+        candidates = candidate_actions(driver.action_schema)
+        if wire.openapi_action is not None:
+            candidates += [a for a in candidate_actions(wire.openapi_action) if a not in candidates]
+        tried = 0
+        while candidates and tried < MAX_FIRST_ACTIONS:
+            action = candidates.pop(0)
+            tried += 1
+            trajectory = await driver.play(kwargs, _once(action), max_steps=1)
+            error = _text(trajectory.error)
+            wire.attempts.append({"transport": transport, "action": action, "error": error})
+            fixed = repaired(action, error or "") if error else None
+            if fixed is not None and fixed not in candidates:
+                candidates.insert(0, fixed)  # the server said which value it wants
+            if trajectory.error is None and (trajectory.steps or trajectory.done):
+                wire.action = action
+                wire.cause = None
+                if action != subject.noop_action():
+                    driver.first_action = action
+                if transport == "http":
+                    reply = await http_call(
+                        driver, driver.dialect.reset_path, method="POST", json_body=kwargs
+                    )
+                    if isinstance(reply.json, dict):
+                        wire.nested_observation = isinstance(reply.json.get("observation"), dict)
+                return
+            step_errors.append(error or "step was not answered")
+    driver.transport = None
+    driver.dialect = OPENENV_HTTP
+    if not routes:
+        wire.cause = "the server has neither a working /ws nor POST /reset and POST /step"
+    elif step_errors:
+        wire.cause = (
+            f"reset works but every step was refused ({len(step_errors)} actions tried): "
+            f"{_most_common(step_errors)}"
+        )
+    else:
+        wire.cause = f"every reset failed ({len(reset_errors)} tried): {_most_common(reset_errors)}"
+
+
+#: Most first actions tried on one transport before the env is said to refuse them all.
+MAX_FIRST_ACTIONS = 8
+
+
+def _once(action: JsonObject) -> ActionPolicy:
+    """A policy that sends ``action`` once."""
+    return lambda i, _r: action if i == 0 else None
+
+
+def _with_reset_keys(dialect: HttpDialect, kwargs: JsonObject) -> HttpDialect:
+    keys = tuple(kwargs)
+    if dialect.reset_keys is not None:
+        keys = tuple(k for k in dialect.reset_keys if k in kwargs) or keys
+    return dialect.model_copy(update={"reset_keys": keys or ()})
+
+
+def _text(error: Exception | None) -> str | None:
+    return f"{type(error).__name__}: {error}"[:300] if error is not None else None
+
+
+def _most_common(errors: list[str]) -> str:
+    """The error seen most often (the first of them on a tie), shortened."""
+    best = max(errors, key=errors.count) if errors else "no answer"
+    return best[:300]
+
+
+async def discover_wire(subject: Subject) -> Wire:
+    """Learn how the server speaks, and find a first episode that plays.
+
+    The schemas come from ``/schema``, else from the request bodies ``/openapi.json``
+    describes; the transport is ``/ws`` when it speaks OpenEnv's protocol, else HTTP in the
+    dialect the OpenAPI document gives (or, without one, OpenEnv's wrapped body and then the
+    bare one). Reset kwargs and first actions are tried until one episode plays. The driver is
+    set up with what is found, so every later episode speaks the server's wire.
+    """
+    driver = subject.driver
+    reply = await http_call(driver, "/schema")
+    body = reply.json if isinstance(reply.json, dict) else {}
+    wire = Wire(schema_reply=reply)
+    if reply.status == 200 and all(
+        _is_json_schema(body.get(key)) for key in ("action", "observation", "state")
+    ):
+        driver.schema = body
+        wire.schema_source = "schema"
+    wire.openapi_reply = await http_call(driver, "/openapi.json")
+    dialect, openapi_action = _openapi_action(wire.openapi_reply)
+    wire.openapi_action = openapi_action
+    declared = driver.action_schema
+    if openapi_action is not None:
+        if declared is None:
+            driver.schema = {**(driver.schema or {}), "action": openapi_action}
+            wire.schema_source = "openapi"
+        else:
+            wire.schema_disagreement = _disagreement(inline(declared, declared), openapi_action)
+            if wire.schema_disagreement:
+                driver.schema = {**(driver.schema or {}), "action": openapi_action}
+                wire.schema_source = "openapi"
+    wire.ws_frame = json.dumps(
+        {"type": "reset", "data": {"seed": 1, "episode_id": "taskhub-ws-probe"}}
+    )
     try:
         async with raw_socket(subject) as ws:
-            await ws.send(frame)
-            reply = await raw_recv(ws, timeout)
+            await ws.send(wire.ws_frame)
+            wire.ws_reply = await raw_recv(ws, driver.config.op_timeout_s)
     except EnvConnectError as exc:
-        if await _has_http_episodes(subject):
-            subject.transport = "http"
+        wire.ws_error = str(exc)
+    if wire.ws_reply is not None:
+        wire.ws_usable = wire.ws_reply.kind == "observation" or (
+            wire.ws_reply.kind == "error" and wire.ws_reply.code is not None
+        )
+    dialects: list[HttpDialect] = []
+    if dialect is not None:
+        dialects = [dialect]
+        if openapi_action is None:  # an untyped step body: either shape may be the one
+            dialects.append(dialect.model_copy(update={"wrap_action": not dialect.wrap_action}))
+    elif await _has_http_episodes(subject):
+        dialects = [OPENENV_HTTP, OPENENV_HTTP.model_copy(update={"wrap_action": False})]
+    wire.http_dialect = dialects[0] if dialects else None
+    if (
+        wire.ws_reply is not None
+        and wire.ws_reply.kind == "error"
+        and wire.ws_reply.code == ("CAPACITY_REACHED")
+    ):
+        driver.transport = "ws"  # a server at capacity: protocol.websocket reports it
+        wire.cause = "/ws refused the first session with CAPACITY_REACHED"
+        return wire
+    await _try_to_play(subject, wire, dialects)
+    return wire
+
+
+#: How the server speaks (transport, schemas); the driver is set up from it.
+WIRE = Product("wire", discover_wire)
+
+
+@check("protocol.websocket", level="protocol", needs=("server",), provides=("ws",))
+async def check_websocket(subject: Subject) -> Finding:
+    """The WebSocket /ws accepts a session and answers reset with an observation frame."""
+    wire = await subject.get(WIRE)
+    transport = subject.driver.transport
+    if wire.ws_reply is None:
         return failed(
-            f"no WebSocket episode session: {exc}",
+            f"no WebSocket episode session: {wire.ws_error}",
             "Serve the OpenEnv WebSocket endpoint /ws (create_app does): episodes over HTTP "
             "cannot carry a session, so concurrent episodes trample one global env.",
-            measured={"http_fallback": subject.transport == "http"},
-            evidence=[str(exc)],
+            measured={"http_fallback": transport == "http"},
+            evidence=[wire.ws_error],
         )
-    evidence = [{"sent": frame[:300], **reply.evidence()}]
+    reply = wire.ws_reply
+    evidence = [{"sent": wire.ws_frame[:300], **reply.evidence()}]
     if reply.kind == "observation":
-        subject.transport = "ws"
         return passed("/ws answers reset with an observation frame", evidence=evidence)
     if reply.kind == "error" and reply.code == "CAPACITY_REACHED":
-        subject.transport = "ws"
         return failed(
             "/ws refused the first session with CAPACITY_REACHED",
             "Accept at least one session (max_concurrent_envs >= 1).",
@@ -345,70 +462,123 @@ async def check_websocket(subject: Subject) -> Finding:
         )
     if reply.kind == "error":
         # the protocol works; the reset itself failed on these kwargs (protocol.episode judges)
-        subject.transport = "ws"
         return passed("/ws answers frames (reset with a bare seed was refused)", evidence=evidence)
+    fallback = " (episodes were played over HTTP instead)" if transport == "http" else ""
     return failed(
-        f"/ws answered reset with {reply.kind}",
-        'Answer {"type": "reset"} frames with {"type": "observation", "data": {...}}.',
+        f"/ws answered OpenEnv's reset frame with {reply.kind}: it speaks another "
+        f"protocol{fallback}",
+        'Answer {"type": "reset"} frames with {"type": "observation", "data": {...}} '
+        "(create_app's /ws does), or serve no /ws at all.",
         evidence=evidence,
     )
 
 
 async def _has_http_episodes(subject: Subject) -> bool:
-    reply = await http_call(subject, "/openapi.json")
+    reply = await http_call(subject.driver, "/openapi.json")
     paths = reply.json.get("paths") if isinstance(reply.json, dict) else None
     if isinstance(paths, dict):
         return "/reset" in paths and "/step" in paths
-    probe = await http_call(subject, "/reset", method="POST", json_body={})
+    probe = await http_call(subject.driver, "/reset", method="POST", json_body={})
     return probe.status is not None and probe.status < 404
 
 
-@check("protocol.episode", level="protocol", order=35, needs=("server",))
+@check(
+    "protocol.episode",
+    level="protocol",
+    needs=("server",),
+    uses=("protocol.schema", "protocol.websocket"),
+    provides=("episode",),
+)
 async def check_episode(subject: Subject) -> Finding:
     """A whole episode runs: reset, then a step, both answered with observations."""
-    if subject.transport is None:
+    wire = await subject.get(WIRE)
+    transport = subject.driver.transport
+    if transport is None or wire.cause is not None:
         return failed(
-            "the server speaks neither the WebSocket protocol nor the HTTP fallback",
-            "Serve /ws (or at least POST /reset and POST /step) as OpenEnv's create_app does.",
+            f"no episode plays: {wire.cause}",
+            "Serve /ws (or at least POST /reset and POST /step) as OpenEnv's create_app does; "
+            "reset() must return an observation and step() must accept the actions the "
+            "schema describes.",
+            measured={"attempts": len(wire.attempts)},
+            evidence=wire.attempts[-6:],
         )
     task = subject.tasks[0] if subject.tasks else None
     kwargs = subject.reset_kwargs(task) if task is not None else {"seed": 1}
     action = subject.noop_action()
-    trajectory = await subject.play(kwargs, lambda i, r: action if i == 0 else None, max_steps=1)
+    trajectory = await subject.driver.play(
+        kwargs, lambda i, r: action if i == 0 else None, max_steps=1
+    )
     evidence: list[Any] = [trajectory.describe()]
     if trajectory.error is not None or trajectory.first is None:
         return failed(
-            f"an episode does not run over {subject.transport}: {trajectory.error}",
+            f"an episode does not run over {transport}: {trajectory.error}",
             "reset() must return an observation for the taskset's kwargs and step() must "
-            "accept the action schema's emptiest action.",
+            "accept the actions the schema describes.",
             evidence=evidence,
         )
     if not trajectory.steps and not trajectory.first.done:
         return failed(
             "step was not answered", "Answer step frames with observations.", evidence=evidence
         )
-    subject.cache["episode_ok"] = True
     return passed(
-        f"reset and step answer with observations over {subject.transport}",
-        measured={"transport": subject.transport},
+        f"reset and step answer with observations over {transport}",
+        measured={"transport": transport, "first_action": action},
         evidence=evidence,
     )
 
 
+@check("protocol.wire_format", level="protocol", needs=("server",), uses=("protocol.episode",))
+async def check_wire_format(subject: Subject) -> Finding:
+    """Episodes speak OpenEnv's wire format: ``/ws`` frames, or OpenEnv's HTTP routes and bodies.
+
+    A server in another dialect is still played (every later check runs over what works);
+    this is the one finding that says how it differs, so that OpenEnv's own clients can talk
+    to it.
+    """
+    wire = await subject.get(WIRE)
+    driver = subject.driver
+    if driver.transport is None or wire.cause is not None:
+        return skipped("no episode plays (protocol.episode says why)")
+    if driver.transport == "ws":
+        return passed("episodes run over /ws in OpenEnv's frames")
+    dialect = driver.dialect
+    differences = []
+    if not dialect.wrap_action:
+        differences.append('the step body is the bare action, not {"action": {...}}')
+    if wire.nested_observation is False:
+        differences.append(
+            'replies carry the observation at the top level, not under "observation"'
+        )
+    if (dialect.reset_path, dialect.step_path) != ("/reset", "/step"):
+        differences.append(f"the routes are {dialect.reset_path} and {dialect.step_path}")
+    measured: JsonObject = {"dialect": dialect.model_dump(), "nested": wire.nested_observation}
+    if differences:
+        return failed(
+            f"the HTTP episode routes differ from OpenEnv's wire format: {'; '.join(differences)}",
+            "Serve the env with OpenEnv's create_app (POST /reset, POST /step with "
+            '{"action": {...}}, replies {"observation": {...}, "reward": r, "done": d}, and '
+            "/ws), so that OpenEnv's clients and trainers can play it.",
+            measured=measured,
+            evidence=differences,
+        )
+    return passed("the HTTP episode routes speak OpenEnv's bodies", measured=measured)
+
+
 def _client(subject: Subject) -> EnvClient:
+    driver = subject.driver
     return EnvClient(
-        subject.url or "",
-        timeout=subject.config.op_timeout_s,
-        connect_timeout=subject.config.op_timeout_s,
-        max_frame_bytes=subject.config.max_frame_bytes,
+        driver.url or "",
+        timeout=driver.config.op_timeout_s,
+        connect_timeout=driver.config.op_timeout_s,
+        max_frame_bytes=driver.config.max_frame_bytes,
     )
 
 
-@check("protocol.concurrency", level="protocol", order=36, needs=("episode", "ws"))
+@check("protocol.concurrency", level="protocol", needs=("episode", "ws"))
 async def check_concurrency(subject: Subject) -> Finding:
     """The server serves as many concurrent sessions as declared (or as it was asked for)."""
-    declared = subject.declared_sessions
-    asked = declared or (subject.config.sessions if subject.server is not None else None)
+    declared = subject.env.declared_sessions
+    asked = declared or subject.config.sessions
     probe = min(asked or subject.config.sessions, 16)
     clients = [_client(subject) for _ in range(probe)]
     task = subject.tasks[0] if subject.tasks else None
@@ -449,7 +619,7 @@ async def check_concurrency(subject: Subject) -> Finding:
             measured=measured,
             evidence=errors[:5],
         )
-    if asked is not None and achieved < probe:
+    if achieved < probe:
         return failed(
             f"asked for {asked} concurrent sessions, served {achieved} "
             f"({outcomes.count('CAPACITY_REACHED')} CAPACITY_REACHED)",
@@ -503,17 +673,18 @@ async def _alive(subject: Subject) -> tuple[bool, str]:
     """
     grace_until = time.monotonic() + max(subject.config.op_timeout_s, ALIVE_GRACE_S)
     while True:
-        if subject.server is not None and subject.server.process.poll() is not None:
-            code = subject.server.process.returncode
+        server = subject.driver.server
+        if server is not None and server.process.poll() is not None:
+            code = server.process.returncode
             return False, f"the server process exited with code {code}"
-        health = await http_call(subject, "/health")
+        health = await http_call(subject.driver, "/health")
         if health.status is not None:
             break
-        if subject.server is None or time.monotonic() >= grace_until:
+        if server is None or time.monotonic() >= grace_until:
             return False, f"/health no longer answers: {health.error}"
         await asyncio.sleep(0.2)
     task = subject.tasks[0] if subject.tasks else None
-    trajectory = await subject.play(
+    trajectory = await subject.driver.play(
         subject.reset_kwargs(task) if task else {"seed": 1}, lambda i, r: None, max_steps=0
     )
     if trajectory.error is not None:
@@ -561,8 +732,19 @@ async def _probe_ws(subject: Subject, probe: Probe) -> JsonObject:
     return outcome
 
 
+async def _http_reset(subject: Subject) -> None:
+    task = subject.tasks[0] if subject.tasks else None
+    kwargs = subject.reset_kwargs(task) if task else {"seed": 1}
+    keys = subject.driver.dialect.reset_keys
+    if keys is not None:
+        kwargs = {k: v for k, v in kwargs.items() if k in keys}
+    await http_call(
+        subject.driver, subject.driver.dialect.reset_path, method="POST", json_body=kwargs
+    )
+
+
 async def _probe_http(subject: Subject, name: str, path: str, content: bytes) -> JsonObject:
-    reply = await http_call(subject, path, method="POST", content=content)
+    reply = await http_call(subject.driver, path, method="POST", content=content)
     outcome: JsonObject = {"probe": name, **reply.evidence()}
     if reply.status is None:
         outcome["problem"] = f"no answer: {reply.error}"
@@ -573,17 +755,17 @@ async def _probe_http(subject: Subject, name: str, path: str, content: bytes) ->
     return outcome
 
 
-@check("protocol.malformed_input", level="protocol", order=90, needs=("episode",))
+@check("protocol.malformed_input", level="protocol", needs=("episode",), disrupts=True)
 async def check_malformed_input(subject: Subject) -> Finding:
     """Malformed frames (bad JSON, unknown type, invalid action...) get errors; the server lives."""
     outcomes: list[JsonObject] = []
-    if subject.transport == "ws":
+    if subject.driver.transport == "ws":
         probes = [
             Probe("bad_json", "{not json", True),
             Probe("unknown_type", json.dumps({"type": "__taskhub_unknown__"}), True),
             Probe("missing_data", json.dumps({"type": "step"}), True),
         ]
-        bad_action = invalid_action(subject.action_schema)
+        bad_action = invalid_action(subject.driver.action_schema)
         if bad_action is not None:
             probes.append(
                 Probe("invalid_action", json.dumps({"type": "step", "data": bad_action}), True)
@@ -599,13 +781,23 @@ async def check_malformed_input(subject: Subject) -> Finding:
                 outcomes[-1]["problem"] = f"the server died on it: {why}"
                 break
     else:
-        bad_action = invalid_action(subject.action_schema) or {"__taskhub_invalid__": {}}
-        for name, path, body in (
-            ("bad_json", "/step", b"{not json"),
-            ("invalid_action", "/step", json.dumps({"action": bad_action}).encode()),
-            ("non_object", "/reset", b"[1, 2, 3]"),
-        ):
-            outcomes.append(await _probe_http(subject, name, path, body))
+        dialect = subject.driver.dialect
+        schema = subject.driver.action_schema
+        bad_action = invalid_action(schema) or {"__taskhub_invalid__": {}}
+        body = {"action": bad_action} if dialect.wrap_action else bad_action
+        http_probes = [
+            ("bad_json", dialect.step_path, b"{not json"),
+            ("invalid_action", dialect.step_path, json.dumps(body).encode()),
+        ]
+        if dialect.reset_keys != ():  # a reset route that takes no body may ignore it
+            http_probes.append(("non_object", dialect.reset_path, b"[1, 2, 3]"))
+        if (schema or {}).get("required"):
+            empty: JsonObject = {"action": {}} if dialect.wrap_action else {}
+            http_probes.insert(2, ("missing_fields", dialect.step_path, json.dumps(empty).encode()))
+        for name, path, content in http_probes:
+            if name != "non_object":
+                await _http_reset(subject)  # a live episode, so that only the body is at fault
+            outcomes.append(await _probe_http(subject, name, path, content))
             alive, why = await _alive(subject)
             if not alive:
                 outcomes[-1]["problem"] = f"the server died on it: {why}"
@@ -614,7 +806,7 @@ async def check_malformed_input(subject: Subject) -> Finding:
     measured: JsonObject = {
         "probes": len(outcomes),
         "mishandled": len(problems),
-        "transport": subject.transport,
+        "transport": subject.driver.transport,
     }
     if problems:
         first = problems[0]
@@ -633,7 +825,7 @@ async def check_malformed_input(subject: Subject) -> Finding:
     )
 
 
-@check("protocol.frame_limit", level="protocol", order=91, needs=("episode", "ws"))
+@check("protocol.frame_limit", level="protocol", needs=("episode", "ws"), disrupts=True)
 async def check_frame_limit(subject: Subject) -> Finding:
     """An oversized frame is refused (close 1009 or an error frame) and the server survives."""
     size = subject.config.oversize_frame_bytes

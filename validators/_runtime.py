@@ -1,7 +1,8 @@
-"""Runtime checks: the episode contract, resource growth, and checks over every exchange.
+"""Runtime checks: startup, the episode contract, resource growth, checks over every exchange.
 
-The episode contract: state, seeds, determinism, isolation, termination. The run-wide checks
-read every exchange of the validation: rewards, observation schema, latency.
+The episode contract: state, seeds, determinism, isolation, termination, a state that keeps
+the answer to itself. The run-wide checks read every exchange of the validation: rewards,
+observation schema, latency.
 """
 
 from __future__ import annotations
@@ -11,49 +12,88 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from taskhub import EnvCapacityError, EnvError, canonical_json
-from taskhub.env import StepResult
+from taskhub import EnvCapacityError, EnvError, EnvLaunchError, EnvTimeout, Task, canonical_json
 
-from ._check import Finding, JsonObject, check, failed, passed, skipped
-from ._subject import (
-    Subject,
+from ._check import Finding, check, failed, passed, skipped
+from ._driver import (
     Trajectory,
-    median,
+    field_diff,
+    http_call,
+    masked,
     observation_key,
     open_fds,
     percentile,
     process_rss_mb,
 )
+from ._episodes import COMPARE_STEPS, ORACLE_RUNS, REFERENCE_RUNS
+from ._json import JsonObject
+from ._protocol import WIRE
+from ._semantic import SEMANTIC_AFTER, answered, leaking_paths
+from ._subject import Product, Subject, noop_policy
 
-#: Steps of the episodes compared by the determinism and isolation checks.
-COMPARE_STEPS = 4
-#: State fields that legitimately differ between two resets of the same task.
-VOLATILE_STATE = frozenset({"episode_id", "step_count"})
-
-
-def noop_policy(subject: Subject) -> Callable[[int, StepResult], JsonObject]:
-    """Play the emptiest valid action at every step."""
-    action = subject.noop_action()
-    return lambda _i, _r: action
+# --- runtime.startup ---------------------------------------------------------------------------
 
 
-def stable_state(state: dict[str, Any]) -> str:
-    """Canonical text of a state without its per-episode identity."""
-    return canonical_json({k: v for k, v in state.items() if k not in VOLATILE_STATE})
+@check("runtime.startup", level="runtime", provides=("server",))
+async def check_startup(subject: Subject) -> Finding:
+    """The env starts (a folder is launched locally) and answers HTTP."""
+    driver = subject.driver
+    if subject.env.folder is not None:
+        started = time.perf_counter()
+        try:
+            server = await driver.launch()
+        except (EnvLaunchError, EnvTimeout) as exc:
+            return failed(
+                f"the server did not start: {str(exc).splitlines()[0]}",
+                "Make `python -m uvicorn <app> --port P` work from the env folder with the "
+                "declared dependencies installed; the log shows the error.",
+                measured={"startup_s": round(time.perf_counter() - started, 3)},
+                evidence=[str(exc)[-3000:]],
+            )
+        driver.sample_rss()
+        answered = (
+            "/health answered"
+            if driver.health_path == "/health"
+            else f"{driver.health_path} answered (/health answers 404)"
+        )
+        return passed(
+            f"launched {subject.root.name} and {answered} in {time.perf_counter() - started:.2f}s",
+            measured={
+                "startup_s": round(time.perf_counter() - started, 3),
+                "health_path": driver.health_path,
+                "pid": server.process.pid,
+                "url": server.url,
+            },
+        )
+    reply = await http_call(driver, "/health")
+    if reply.status is None:
+        # a server without /health still answers something on /
+        reply = await http_call(driver, "/")
+    if reply.status is None:
+        url, driver.url = driver.url, None
+        return failed(
+            f"{url} does not answer: {reply.error}",
+            "Start the server and check the URL.",
+            evidence=[reply.evidence()],
+        )
+    return passed(f"{driver.url} answers HTTP", measured={"status": reply.status})
 
 
 # --- runtime.state_contract --------------------------------------------------------------------
 
 
-@check("runtime.state_contract", level="runtime", order=40, needs=("episode",))
+@check("runtime.state_contract", level="runtime", needs=("episode",))
 async def check_state_contract(subject: Subject) -> Finding:
     """state() keeps the episode_id given to reset() and counts steps from 0."""
     task = subject.tasks[0]
     kwargs = subject.reset_kwargs(task)
-    trajectory = await subject.play(kwargs, noop_policy(subject), max_steps=2, snapshots=True)
+    trajectory = await subject.driver.play(
+        kwargs, noop_policy(subject), max_steps=2, snapshots=True
+    )
     if trajectory.error is not None:
         return failed(
             f"the episode failed: {trajectory.error}",
@@ -94,22 +134,65 @@ async def check_state_contract(subject: Subject) -> Finding:
 # --- runtime.seed_control ----------------------------------------------------------------------
 
 
-@check("runtime.seed_control", level="runtime", order=41, needs=("episode",))
-async def check_seed_control(subject: Subject) -> Finding:
-    """The same seed gives the same initial observation (and other seeds may differ)."""
+@dataclass
+class SeedProbe:
+    """Resets of one task: the same seed twice (fresh sessions, then one session), other seeds."""
+
+    task: Task
+    seed: int
+    episode_id: str
+    fresh: list[Trajectory] = field(default_factory=list)
+    same_session: list[JsonObject] = field(default_factory=list)
+    same_session_error: str | None = None
+    others: list[Trajectory] = field(default_factory=list)
+
+    def key(self, observation: dict[str, Any]) -> str:
+        """The observation without metadata, the episode id masked."""
+        return observation_key(masked(observation, {self.episode_id}))
+
+
+async def probe_seeds(subject: Subject) -> list[SeedProbe]:
+    """Reset the first and last task with one seed twice and with two other seeds.
+
+    Every reset of one task carries the same episode id, so that an observation that echoes
+    it still compares equal; the id is masked as well.
+    """
     tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
-    mismatches: list[Any] = []
-    distinct_total = 0
-    seeds_used: list[int] = []
+    driver = subject.driver
+    probes = []
     for task in tasks:
         seed = task.reset.get("seed")
         base = seed if isinstance(seed, int) and not isinstance(seed, bool) else 1234
-        seeds = [base, base, base + 1, base + 7919]
-        seeds_used.append(base)
-        runs = [
-            await subject.play(subject.reset_kwargs(task, seed=s), lambda i, r: None, max_steps=0)
-            for s in seeds
-        ]
+        probe = SeedProbe(task, base, driver.episode_id("seed"))
+
+        def kwargs(value: int, probe: SeedProbe = probe) -> JsonObject:
+            return {**subject.reset_kwargs(probe.task, seed=value), "episode_id": probe.episode_id}
+
+        for _ in range(2):
+            probe.fresh.append(await driver.play(kwargs(base), lambda i, r: None, max_steps=0))
+        try:
+            async with driver.session() as session:
+                for _ in range(2):
+                    probe.same_session.append((await session.reset(**kwargs(base))).observation)
+        except EnvError as exc:
+            probe.same_session_error = f"{type(exc).__name__}: {exc}"[:300]
+        for value in (base + 1, base + 7919):
+            probe.others.append(await driver.play(kwargs(value), lambda i, r: None, max_steps=0))
+        probes.append(probe)
+    return probes
+
+
+#: Same-seed and other-seed resets (seed control and seed effect read them).
+SEED_PROBES = Product("seed_probes", probe_seeds)
+
+
+@check("runtime.seed_control", level="runtime", needs=("episode",))
+async def check_seed_control(subject: Subject) -> Finding:
+    """The same seed gives the same initial observation, in fresh sessions and in one session."""
+    probes = await subject.get(SEED_PROBES)
+    mismatches: list[Any] = []
+    for probe in probes:
+        runs = probe.fresh + probe.others
         broken = [r for r in runs if r.error is not None or r.first is None]
         if broken:
             return failed(
@@ -117,51 +200,91 @@ async def check_seed_control(subject: Subject) -> Finding:
                 "reset() must accept a seed.",
                 evidence=[broken[0].describe()],
             )
-        keys = [observation_key(r.first.observation) for r in runs if r.first is not None]
-        distinct_total += len(set(keys[2:]) | {keys[0]})
-        if keys[0] != keys[1]:
+        first, second = (r.first.observation for r in probe.fresh if r.first is not None)
+        if probe.key(first) != probe.key(second):
             mismatches.append(
-                {"seed": base, "first": runs[0].describe(), "second": runs[1].describe()}
+                {
+                    "seed": probe.seed,
+                    "where": "two fresh sessions",
+                    "diff": field_diff(first, second, "observation"),
+                }
             )
+        elif len(probe.same_session) == 2:
+            again_a, again_b = probe.same_session
+            if probe.key(again_a) != probe.key(again_b):
+                mismatches.append(
+                    {
+                        "seed": probe.seed,
+                        "where": "two resets in one session",
+                        "diff": field_diff(again_a, again_b, "observation"),
+                    }
+                )
     measured: JsonObject = {
-        "seeds": seeds_used,
+        "seeds": [p.seed for p in probes],
         "same_seed_mismatches": len(mismatches),
-        "distinct_initial_observations": distinct_total,
+        "same_session": all(len(p.same_session) == 2 for p in probes),
     }
     if mismatches:
+        first_mismatch = mismatches[0]
         return failed(
-            f"two resets with seed {mismatches[0]['seed']} gave different initial observations",
+            f"two resets with seed {first_mismatch['seed']} ({first_mismatch['where']}, same "
+            f"episode id) gave different initial observations: {first_mismatch['diff'][0]}",
             "Draw every random choice from a generator seeded by reset(seed=...) "
-            "(random.Random(seed)), never from global or unseeded randomness.",
+            "(random.Random(seed)), never from global or unseeded randomness, clocks or "
+            "per-instance counters; keep timestamps out of observations.",
             measured=measured,
             evidence=mismatches[:2],
         )
-    if distinct_total == len(tasks):
-        return passed(
-            "each seed reproduces its initial observation (which no seed changes)",
+    return passed("each seed reproduces its initial observation", measured=measured)
+
+
+@check("runtime.seed_effect", level="runtime", needs=("episode",), after=("runtime.seed_control",))
+async def check_seed_effect(subject: Subject) -> Finding:
+    """Different seeds give different starts: the seed reaches the env's randomness.
+
+    With a taskset whose rows differ in more than their seed, the rows select the scenario and
+    the seed need not change it; without one, resets differ only by their seed, and a seed
+    that changes nothing means one fixed scenario.
+    """
+    if any(
+        {k: v for k, v in t.reset.items() if k != "seed"}
+        != {k: v for k, v in subject.tasks[0].reset.items() if k != "seed"}
+        for t in subject.tasks
+    ):
+        return skipped("the taskset's rows select the scenario: the seed need not change it")
+    probes = await subject.get(SEED_PROBES)
+    distinct = []
+    for probe in probes:
+        keys = {probe.key(r.first.observation) for r in probe.fresh + probe.others if r.first}
+        distinct.append(len(keys))
+    measured: JsonObject = {"seeds": [p.seed for p in probes], "distinct_starts": distinct}
+    if all(n == 1 for n in distinct):
+        seeds = [probes[0].seed, probes[0].seed + 1, probes[0].seed + 7919]
+        return failed(
+            f"seeds {seeds} all gave the same initial observation: the seed changes nothing",
+            "Build the episode from reset(seed=...): draw the scenario from random.Random(seed) "
+            "so that seeds select different starts (or say in the README that the env is "
+            "deterministic with one fixed scenario).",
             measured=measured,
+            evidence=[probes[0].fresh[0].describe(2)],
         )
-    return passed(
-        "each seed reproduces its initial observation; other seeds differ", measured=measured
-    )
+    return passed("other seeds give other starts", measured=measured)
 
 
 # --- runtime.episode_determinism ---------------------------------------------------------------
 
 
-@check("runtime.episode_determinism", level="runtime", order=42, needs=("episode",))
+@check("runtime.episode_determinism", level="runtime", needs=("episode",))
 async def check_episode_determinism(subject: Subject) -> Finding:
     """The same seed and the same actions give the same trajectory (observations, rewards)."""
-    tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
+    runs = await subject.get(REFERENCE_RUNS)
+    tasks = [run.task for run in runs]
     steps = min(COMPARE_STEPS, subject.max_steps_for(tasks[0]))
-    mismatches: list[Any] = []
-    for task in tasks:
-        kwargs = subject.reset_kwargs(task)
-        first = await subject.play(kwargs, noop_policy(subject), max_steps=steps)
-        second = await subject.play(kwargs, noop_policy(subject), max_steps=steps)
-        subject.cache.setdefault("reference_runs", []).append((task, kwargs, first))
-        if first.signature() != second.signature():
-            mismatches.append({"first": first.describe(), "second": second.describe()})
+    mismatches: list[Any] = [
+        {"first": run.first.describe(), "second": run.second.describe()}
+        for run in runs
+        if run.first.signature() != run.second.signature()
+    ]
     measured: JsonObject = {"tasks": len(tasks), "steps": steps, "mismatches": len(mismatches)}
     if mismatches:
         return failed(
@@ -180,7 +303,6 @@ async def check_episode_determinism(subject: Subject) -> Finding:
 @check(
     "runtime.episode_isolation",
     level="runtime",
-    order=43,
     needs=("episode",),
     after=("runtime.episode_determinism",),
 )
@@ -193,8 +315,8 @@ async def check_episode_isolation(subject: Subject) -> Finding:
     kwargs_b = subject.reset_kwargs(task_b, seed=seed_b, tag="iso-b")
     steps = min(COMPARE_STEPS - 1, subject.max_steps_for(task_a))
     policy = noop_policy(subject)
-    solo_a = await subject.play(kwargs_a, policy, max_steps=steps, snapshots=True)
-    solo_b = await subject.play(kwargs_b, policy, max_steps=steps, snapshots=True)
+    solo_a = await subject.driver.play(kwargs_a, policy, max_steps=steps, snapshots=True)
+    solo_b = await subject.driver.play(kwargs_b, policy, max_steps=steps, snapshots=True)
     if solo_a.error or solo_b.error:
         return failed(
             f"a solo episode failed: {solo_a.error or solo_b.error}",
@@ -210,8 +332,8 @@ async def check_episode_isolation(subject: Subject) -> Finding:
     inter_b = Trajectory(reset_kwargs=kwargs_b)
     try:
         async with (
-            subject.episode(kwargs_a) as (session_a, first_a),
-            subject.session() as session_b,
+            subject.driver.episode(kwargs_a) as (session_a, first_a),
+            subject.driver.session() as session_b,
         ):
             inter_a.first = first_a
             try:
@@ -244,7 +366,7 @@ async def check_episode_isolation(subject: Subject) -> Finding:
         if solo.signature() != inter.signature()
     ]
     measured: JsonObject = {
-        "transport": subject.transport,
+        "transport": subject.driver.transport,
         "steps": steps,
         "sessions_affected": differ,
     }
@@ -269,19 +391,18 @@ async def check_episode_isolation(subject: Subject) -> Finding:
 # --- runtime.termination, runtime.step_after_done ----------------------------------------------
 
 
-@check("runtime.termination", level="runtime", order=44, needs=("episode",))
+@check("runtime.termination", level="runtime", needs=("episode",))
 async def check_termination(subject: Subject) -> Finding:
     """A do-nothing episode ends by itself (done) within the step and time ceilings."""
     cap = subject.policy.bounds.max_episode_steps
-    timeout = subject.manifest.episode_timeout_s if subject.manifest else None
+    timeout = subject.env.manifest.episode_timeout_s if subject.env.manifest else None
     tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
     endless: list[Any] = []
     lengths = []
     for task in tasks:
-        trajectory = await subject.play(
+        trajectory = await subject.driver.play(
             subject.reset_kwargs(task), noop_policy(subject), max_steps=cap
         )
-        subject.cache.setdefault("ended_runs", []).append(trajectory)
         lengths.append(len(trajectory.steps))
         if trajectory.error is not None:
             endless.append({"error": str(trajectory.error)[:300], **trajectory.describe(3)})
@@ -305,7 +426,6 @@ async def check_termination(subject: Subject) -> Finding:
 @check(
     "runtime.step_after_done",
     level="runtime",
-    order=45,
     needs=("episode",),
     after=("runtime.termination",),
 )
@@ -316,7 +436,7 @@ async def check_step_after_done(subject: Subject) -> Finding:
     cap = subject.policy.bounds.max_episode_steps
     result = None
     try:
-        async with subject.episode(subject.reset_kwargs(task)) as (session, last):
+        async with subject.driver.episode(subject.reset_kwargs(task)) as (session, last):
             for index in range(cap):
                 if last.done:
                     break
@@ -353,19 +473,19 @@ async def check_step_after_done(subject: Subject) -> Finding:
 # --- runtime.resource_bounds -------------------------------------------------------------------
 
 
-@check("runtime.resource_bounds", level="runtime", order=46, needs=("episode", "process"))
+@check("runtime.resource_bounds", level="runtime", needs=("episode", "process"))
 async def check_resource_bounds(subject: Subject) -> Finding:
     """Memory and open files stay flat over many episodes (no per-episode leak)."""
-    if subject.server is None:
+    if subject.driver.server is None:
         return skipped("no local server process")
-    pid = subject.server.process.pid
+    pid = subject.driver.server.process.pid
     policy = noop_policy(subject)
     episodes = subject.config.growth_episodes
     tasks = subject.tasks
 
     async def run(n: int) -> list[Trajectory]:
         return [
-            await subject.play(
+            await subject.driver.play(
                 subject.reset_kwargs(tasks[i % len(tasks)], tag="growth"), policy, max_steps=3
             )
             for i in range(n)
@@ -415,19 +535,17 @@ async def check_resource_bounds(subject: Subject) -> Finding:
 # --- run-wide checks ---------------------------------------------------------------------------
 
 
-@check("runtime.reward_well_formed", level="runtime", order=71, needs=("episode",))
+@check("runtime.reward_well_formed", level="runtime", needs=("episode", "exchanges"))
 async def check_reward_well_formed(subject: Subject) -> Finding:
     """Every reward is a finite number in the declared range; null only on reset."""
-    declared = subject.declared_range
+    declared = subject.env.declared_range
     problems: list[Any] = []
     rewards: list[float] = []
-    for exchange in subject.exchanges:
+    for exchange in subject.driver.exchanges:
         if exchange.op not in ("reset", "step"):
             continue
         if exchange.error is not None:
-            if "reward" in exchange.error:
-                problems.append(exchange.evidence())
-            continue
+            continue  # a refusal returned no reward
         reward = (exchange.reply or {}).get("reward")
         if reward is None:
             if exchange.op == "step":
@@ -456,8 +574,8 @@ async def check_reward_well_formed(subject: Subject) -> Finding:
         what = first.get("problem") or first.get("error") if isinstance(first, dict) else first
         return failed(
             f"{len(problems)} ill-formed reward(s): {what}",
-            "Return a finite number in the declared validation.reward.range from every step "
-            "(null only on reset).",
+            "Return a finite number in the declared reward range from every step (null only "
+            "on reset), or declare the range the step rewards really take.",
             measured=measured,
             evidence=problems[:5],
         )
@@ -505,17 +623,16 @@ print(json.dumps(out))
 @check(
     "runtime.observation_schema",
     level="runtime",
-    order=72,
-    needs=("episode",),
+    needs=("episode", "exchanges"),
     after=("protocol.schema",),
 )
 async def check_observation_schema(subject: Subject) -> Finding:
     """Every observation matches the observation schema the server advertises."""
-    if subject.observation_schema is None:
+    if subject.driver.observation_schema is None:
         return skipped("the server advertises no observation schema")
     items: list[tuple[str, Any]] = []
     seen: set[str] = set()
-    for exchange in subject.exchanges:
+    for exchange in subject.driver.exchanges:
         if exchange.op not in ("reset", "step") or exchange.reply is None:
             continue
         observation = exchange.reply.get("observation")
@@ -530,8 +647,8 @@ async def check_observation_schema(subject: Subject) -> Finding:
             break
     job = {
         "schemas": {
-            "observation": subject.observation_schema,
-            "reset_observation": subject.reset_observation_schema,
+            "observation": subject.driver.observation_schema,
+            "reset_observation": subject.driver.reset_observation_schema,
         },
         "items": items,
     }
@@ -580,11 +697,11 @@ async def check_observation_schema(subject: Subject) -> Finding:
     )
 
 
-@check("runtime.step_latency", level="runtime", order=73, needs=("episode",))
+@check("runtime.step_latency", level="runtime", needs=("episode", "exchanges"))
 async def check_step_latency(subject: Subject) -> Finding:
     """Step latency p50/p99 over every step of the validation stays under the policy bound."""
-    steps = subject.latencies("step")
-    resets = subject.latencies("reset")
+    steps = subject.driver.latencies("step")
+    resets = subject.driver.latencies("reset")
     if not steps:
         return skipped("no step was measured")
     p50, p99 = percentile(steps, 0.5), percentile(steps, 0.99)
@@ -609,35 +726,181 @@ async def check_step_latency(subject: Subject) -> Finding:
     )
 
 
-@check("semantic.resource_envelope", level="semantic", order=74, needs=("episode", "process"))
-async def check_resource_envelope(subject: Subject) -> Finding:
-    """Measured memory and episode time stay within the declared resources."""
-    manifest = subject.manifest
-    memory = manifest.memory_mb if manifest else None
-    timeout = manifest.episode_timeout_s if manifest else None
-    if memory is None and timeout is None:
-        return skipped("no resources are declared (static.resource_declaration reports it)")
-    subject.sample_rss()
-    peak = max(subject.rss_samples_mb) if subject.rss_samples_mb else None
-    longest = max(subject.episode_durations_s) if subject.episode_durations_s else None
-    measured: JsonObject = {
-        "peak_rss_mb": round(peak, 1) if peak else None,
-        "declared_memory_mb": memory,
-        "longest_episode_s": round(longest, 3) if longest else None,
-        "declared_episode_timeout_s": timeout,
-        "median_episode_s": round(median(subject.episode_durations_s), 4)
-        if subject.episode_durations_s
-        else None,
-    }
-    problems = []
-    if memory is not None and peak is not None and peak > memory:
-        problems.append(f"peak memory {peak:.0f} MiB exceeds the declared {memory:g} MiB")
-    if timeout is not None and longest is not None and longest > timeout:
-        problems.append(f"an episode took {longest:.1f}s, over the declared {timeout:g}s")
-    if problems:
+# --- runtime.oracle_containment ---------------------------------------------------------------
+
+
+@check(
+    "runtime.oracle_containment",
+    level="runtime",
+    needs=("episode",),
+    after=SEMANTIC_AFTER,
+)
+async def check_oracle_containment(subject: Subject) -> Finding:
+    """state(), which any client can call, does not reveal the answer before it is given."""
+    runs = (await subject.get(ORACLE_RUNS)).runs
+    if not answered(subject) or not runs:
+        return skipped("no oracle episode with an answer ran")
+    items = [(task, trajectory.states) for task, trajectory in runs]
+    leaks, checked = leaking_paths(items, ignore=frozenset({"episode_id"}))
+    measured: JsonObject = {"tasks_checked": checked, "leaking_fields": sorted(leaks)}
+    if leaks:
+        path, ids = next(iter(sorted(leaks.items())))
+        example = next(t for t, _ in runs if t.task_id == ids[0])
+        states = next(tr.states for t, tr in runs if t.task_id == ids[0])
         return failed(
-            "; ".join(problems),
-            "Declare the resources the env really uses, or make it use less.",
+            f"state() reveals the answer in {path!r} in {len(ids)} of {checked} tasks",
+            "Keep the ground truth out of the State model: state() is served to every client.",
             measured=measured,
+            evidence=[{"task_id": example.task_id, "answer": example.answer, "states": states[:2]}],
         )
-    return passed("memory and episode time stay within the declared resources", measured=measured)
+    return passed(f"state() holds no answer in {checked} tasks", measured=measured)
+
+
+# --- runtime.http_episode ----------------------------------------------------------------------
+
+
+async def _http_state(session: Any) -> tuple[JsonObject | None, str | None]:
+    try:
+        return await session.state(), None
+    except EnvError as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _stateless(what: str, measured: JsonObject) -> Finding:
+    """A /ws server whose HTTP routes serve a fresh env per request: reported, not failed.
+
+    OpenEnv's own ``create_app`` serves HTTP that way (its episodes run over ``/ws``), so the
+    finding says so and leaves the weight to whoever reads ``measured.http_stateless``.
+    """
+    return skipped(
+        f"{what}: the HTTP routes serve a fresh env per request (as OpenEnv's create_app "
+        "does); episodes were played over /ws"[:600],
+        measured={**measured, "http_stateless": True},
+        remediation="To let HTTP clients play, keep the env of an HTTP episode between "
+        "requests; else document /ws as the only transport.",
+    )
+
+
+@check("runtime.http_episode", level="runtime", needs=("episode",))
+async def check_http_episode(subject: Subject) -> Finding:
+    """An episode over HTTP keeps its state between requests, and each client its own.
+
+    A server that plays over ``/ws`` and also serves ``POST /reset`` and ``/step`` must carry
+    the episode across those requests (not build a fresh env for each: a ``/step`` that
+    answers 500 or never advances). A server that plays only over HTTP must not let a second
+    client's reset change the first client's episode (one global env for every client).
+    """
+    driver = subject.driver
+    wire = await subject.get(WIRE)
+    dialect = wire.http_dialect
+    if dialect is None:
+        return skipped("the server has no HTTP episode routes (POST /reset and /step)")
+    task = subject.tasks[0]
+    action = subject.noop_action()
+    kwargs = subject.reset_kwargs(task, tag="http-a")
+    evidence: list[Any] = []
+    measured: JsonObject = {"transport": driver.transport, "dialect": dialect.model_dump()}
+    async with driver.session("http", dialect) as first:
+        try:
+            await first.reset(**kwargs)
+        except EnvError as exc:
+            return skipped(f"an HTTP reset failed: {exc}"[:400])
+        state_0, _ = await _http_state(first)
+        try:
+            result = await first.step(action)
+        except EnvError as exc:
+            if driver.transport == "ws":
+                return _stateless(
+                    f"HTTP POST {dialect.step_path} failed right after a successful reset: {exc}",
+                    measured,
+                )
+            return failed(
+                f"HTTP POST {dialect.step_path} failed right after a successful reset: {exc}"[:500],
+                "Keep one env per episode across HTTP requests (or serve episodes over /ws "
+                "only): a /step on a fresh, never-reset env fails or acts on a blank episode.",
+                measured=measured,
+                evidence=[{"reset": kwargs, "action": action, "error": str(exc)[:400]}],
+            )
+        state_1, state_error = await _http_state(first)
+        if state_0 is not None and state_error is not None:
+            return failed(
+                f"GET {dialect.state_path} answered after the reset but failed after a step: "
+                f"{state_error}",
+                "Keep one env per episode across HTTP requests.",
+                measured=measured,
+            )
+        if driver.transport == "ws":
+            if state_1 is None and state_error is not None and "HTTP 5" in state_error:
+                return _stateless(
+                    f"GET {dialect.state_path} failed after an HTTP reset and step: {state_error}",
+                    measured,
+                )
+            count_0 = (state_0 or {}).get("step_count")
+            count_1 = (state_1 or {}).get("step_count")
+            measured["step_count"] = [count_0, count_1]
+            if isinstance(count_0, int) and count_0 == count_1 and not result.done:
+                over_ws = await driver.play(
+                    subject.reset_kwargs(task, tag="http-ws"),
+                    noop_policy(subject),
+                    max_steps=1,
+                    snapshots=True,
+                )
+                counts = [s.get("step_count") for s in over_ws.states]
+                if over_ws.final_state is not None:
+                    counts.append(over_ws.final_state.get("step_count"))
+                measured["ws_step_count"] = counts
+                if len(set(counts)) < 2:
+                    return passed(
+                        "HTTP /step answers; the state counts steps no more over /ws than over "
+                        "HTTP (runtime.state_contract judges it)",
+                        measured=measured,
+                    )
+                return _stateless(
+                    f"HTTP /step did not advance the episode: step_count stayed {count_0}",
+                    measured,
+                )
+            return passed("HTTP /reset and /step carry an episode", measured=measured)
+        if state_1 is None:
+            return skipped(
+                f"the server has no working state route ({state_error}): whether HTTP clients "
+                "share one env cannot be seen"
+            )
+        again, _ = await _http_state(first)
+        if again != state_1:
+            return skipped(
+                "two GET /state calls with nothing in between differ (the state holds a clock "
+                "or counter): whether HTTP clients share one env cannot be seen",
+                measured={**measured, "state_drift": field_diff(state_1, again)},
+            )
+        other = subject.reset_kwargs(
+            subject.tasks[-1], seed=int(kwargs.get("seed", 0)) + 1, tag="http-b"
+        )
+        async with driver.session("http", dialect) as second:
+            try:
+                await second.reset(**other)
+            except EnvError as exc:
+                return skipped(f"a second client's reset failed: {exc}"[:300])
+        state_2, _ = await _http_state(first)
+        changes = field_diff(state_1, state_2)
+        measured["changed_fields"] = len(changes)
+        evidence.append(
+            {
+                "client_a_reset": kwargs,
+                "client_b_reset": other,
+                "client_a_state_before": state_1,
+                "client_a_state_after": state_2,
+                "diff": changes,
+            }
+        )
+        if changes:
+            return failed(
+                "a second HTTP client's reset changed the first client's episode "
+                f"(one global env serves every client): {'; '.join(changes[:3])}",
+                "Keep one env per client (a session id in the request, or /ws sessions): "
+                "with one module-level env, concurrent episodes trample each other.",
+                measured=measured,
+                evidence=evidence,
+            )
+    return passed(
+        "a second HTTP client's reset left the first client's episode alone", measured=measured
+    )

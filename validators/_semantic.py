@@ -17,321 +17,54 @@ from taskhub import (
     EnvClosedError,
     EnvConnectError,
     EnvError,
-    EnvExecutionError,
     EnvTimeout,
     Task,
-    canonical_json,
 )
 
-from ._check import Finding, JsonObject, check, failed, passed, skipped
-from ._runtime import noop_policy, stable_state
-from ._static import reset_parameters
-from ._subject import ActionPolicy, Subject, Trajectory, median, observation_key
+from ._check import Finding, check, failed, passed, skipped
+from ._driver import ActionPolicy, Trajectory, median
+from ._episodes import FLOOR, ORACLE_RUNS, REFERENCE_RUNS, oracle_steps
+from ._json import JsonObject
+from ._subject import Subject
 
-#: Reset keys every env gets from the validator itself.
-PROTOCOL_KEYS = frozenset({"seed", "episode_id"})
 #: Oracle episodes replayed per task by the verifier determinism check.
 REPLAYS = 3
 
 SEMANTIC_AFTER = ("runtime.episode_determinism", "taskset.reset_params")
 
 
-# --- taskset.reset_params ----------------------------------------------------------------------
-
-
-async def _initial(subject: Subject, kwargs: JsonObject) -> tuple[str, str] | str:
-    """``(observation key, state key)`` right after reset, or the error text."""
-    trajectory = await subject.play(kwargs, lambda i, r: None, max_steps=0, snapshots=True)
-    if trajectory.error is not None or trajectory.first is None:
-        return f"{type(trajectory.error).__name__}: {trajectory.error}"
-    state = stable_state(trajectory.states[0]) if trajectory.states else ""
-    return observation_key(trajectory.first.observation), state
-
-
-@check(
-    "taskset.reset_params",
-    level="taskset",
-    order=50,
-    needs=("episode", "taskset"),
-    after=("runtime.seed_control",),
-)
-async def check_reset_params(subject: Subject) -> Finding:
-    """The env honours the taskset's reset parameters; no row key is silently dropped.
-
-    The same row gives the same start; other rows and other parameter values, other starts.
-    """
-    tasks = subject.tasks
-    problems: list[str] = []
-    evidence: list[Any] = []
-    first_kwargs = subject.reset_kwargs(tasks[0])
-    once, twice = await _initial(subject, first_kwargs), await _initial(subject, first_kwargs)
-    if isinstance(once, str) or isinstance(twice, str):
-        return failed(
-            f"reset with the row's kwargs failed: {once if isinstance(once, str) else twice}",
-            "reset() must accept every key of the taskset's rows.",
-            evidence=[{"reset": first_kwargs}],
-        )
-    if once != twice:
-        problems.append(f"the same row ({tasks[0].task_id}) gave two different starts")
-        evidence.append({"row": tasks[0].task_id, "first": once[0][:500], "second": twice[0][:500]})
-    starts: dict[str, tuple[str, str] | str] = {tasks[0].task_id: once}
-    payloads = {tasks[0].task_id: canonical_json(tasks[0].reset)}
-    for task in tasks[1:]:
-        if canonical_json(task.reset) in payloads.values():
-            continue
-        payloads[task.task_id] = canonical_json(task.reset)
-        starts[task.task_id] = await _initial(subject, subject.reset_kwargs(task))
-    distinct = {s for s in starts.values() if not isinstance(s, str)}
-    if len(starts) >= 3 and len(distinct) == 1:
-        problems.append(f"{len(starts)} different rows all gave the same start")
-        evidence.append({"rows": list(starts), "start": once[0][:500]})
-    keys = sorted({k for t in tasks for k in t.reset} - PROTOCOL_KEYS)
-    effects: dict[str, str] = {}
-    for key in keys:
-        effects[key] = await _key_effect(subject, key)
-    dropped = [k for k, effect in effects.items() if effect == "none"]
-    accepted = reset_parameters(subject.folder) if subject.folder is not None else None
-    if accepted is not None:
-        unknown = [k for k in keys if k not in accepted]
-        for key in unknown:
-            if key not in dropped:
-                dropped.append(key)
-        evidence.append({"reset_signature": accepted, "keys_outside_it": unknown})
-    if dropped:
-        problems.append(
-            f"reset ignores the row key(s) {', '.join(sorted(dropped))}: changing "
-            "them changes neither the observation nor the state"
-        )
-    measured: JsonObject = {
-        "rows": len(starts),
-        "distinct_starts": len(distinct),
-        "key_effects": dict(effects),
-        "dropped_keys": sorted(dropped),
-        "reset_signature": accepted,
-    }
-    if problems:
-        return failed(
-            "; ".join(problems),
-            "Accept every key the taskset sends in reset() (or take **kwargs / task_spec) "
-            "and build the episode from it: OpenEnv silently drops keys reset() does not "
-            "declare.",
-            measured=measured,
-            evidence=evidence[:5],
-        )
-    return passed(
-        f"{len(starts)} rows gave {len(distinct)} distinct starts; every key "
-        f"({', '.join(keys) or 'none'}) changes the start",
-        measured=measured,
-    )
-
-
-async def _key_effect(subject: Subject, key: str) -> str:
-    """Whether substituting another row's value for ``key`` changes the start.
-
-    ``changes``, ``none`` when it never does, ``untested`` when no two rows differ in it.
-    """
-    tried = 0
-    for task_a in subject.tasks:
-        for task_b in subject.tasks:
-            if tried >= 2:
-                return "none"
-            if task_a.reset.get(key) == task_b.reset.get(key) or key not in task_b.reset:
-                continue
-            tried += 1
-            base = subject.reset_kwargs(task_a, tag="param")
-            variant = dict(base)
-            variant[key] = task_b.reset[key]
-            variant["episode_id"] = base["episode_id"]
-            start_a, start_variant = await _initial(subject, base), await _initial(subject, variant)
-            if isinstance(start_variant, str) or start_a != start_variant:
-                return "changes"
-    return "none" if tried else "untested"
-
-
-# --- taskset.unknown_values_refused ------------------------------------------------------------
-
-#: A string reset key is categorical (a task id, family, level...) when the taskset uses at most
-#: this many of its values, each on average in two rows or more.
-CATEGORICAL_MAX_VALUES = 20
-#: Categorical keys probed with a value no row uses.
-UNKNOWN_PROBES = 3
-
-
-def categorical_keys(subject: Subject) -> dict[str, list[str]]:
-    """Reset keys whose values are a small set of strings in the taskset, with those values."""
-    taskset = subject.taskset
-    if taskset is None:
-        return {}
-    rows = taskset.tasks(subject.config.split or taskset.default_split())
-    values: dict[str, set[str]] = {}
-    mixed: set[str] = set()
-    for task in rows:
-        for key, value in task.reset.items():
-            if key in PROTOCOL_KEYS:
-                continue
-            if isinstance(value, str):
-                values.setdefault(key, set()).add(value)
-            else:
-                mixed.add(key)
-    return {
-        key: sorted(found)
-        for key, found in sorted(values.items())
-        if key not in mixed and len(found) <= CATEGORICAL_MAX_VALUES and len(rows) >= 2 * len(found)
-    }
-
-
-@check(
-    "taskset.unknown_values_refused",
-    level="taskset",
-    order=51,
-    needs=("episode", "taskset"),
-    after=("taskset.reset_params",),
-)
-async def check_unknown_values_refused(subject: Subject) -> Finding:
-    """A reset with a task value no row uses (a misspelt task id) is refused, not served.
-
-    An env that falls back to a default task on an unknown id runs the wrong task without a
-    word: a typo in a taskset then evaluates something else. The probe replaces one
-    categorical string key of a row (a small set of values across the taskset) at a time.
-    """
-    keys = categorical_keys(subject)
-    if not keys:
-        return skipped("the taskset has no categorical string reset key (task id, family...)")
-    served: list[Any] = []
-    broke: list[Any] = []
-    probes: dict[str, str] = {}
-    for key in list(keys)[:UNKNOWN_PROBES]:
-        task = next((t for t in subject.tasks if key in t.reset), None)
-        if task is None:
-            continue
-        kwargs = subject.reset_kwargs(task, tag="unknown")
-        kwargs[key] = f"taskhub-no-such-{key}"
-        trajectory = await subject.play(kwargs, lambda i, r: None, max_steps=0)
-        error = trajectory.error
-        if error is None:
-            probes[key] = "served"
-            first = trajectory.first.observation if trajectory.first else None
-            served.append({"reset": kwargs, "known_values": keys[key][:10], "observation": first})
-        elif isinstance(error, EnvExecutionError) or error.code is not None:
-            probes[key] = "refused"
-        else:
-            probes[key] = "broke"
-            broke.append({"reset": kwargs, "error": f"{type(error).__name__}: {error}"[:400]})
-    measured: JsonObject = {
-        "probes": probes,
-        "categorical_keys": {k: len(v) for k, v in keys.items()},
-    }
-    if served:
-        key = next(k for k, outcome in probes.items() if outcome == "served")
-        return failed(
-            f"reset accepted {key}={served[0]['reset'][key]!r}, a value no row uses, and "
-            "started an episode",
-            "Refuse unknown task values in reset() (raise ValueError naming the known ones): "
-            "a silent fallback runs the wrong task.",
-            measured=measured,
-            evidence=served[:3],
-        )
-    if broke:
-        return failed(
-            f"reset with an unknown value broke the session: {broke[0]['error']}",
-            "Refuse unknown task values with an error frame (raise in reset()), keeping the "
-            "session and the server alive.",
-            measured=measured,
-            evidence=broke[:3],
-        )
-    return passed(
-        f"unknown values of {', '.join(probes)} were refused with an error", measured=measured
-    )
-
-
 # --- oracle ------------------------------------------------------------------------------------
 
 
-def manifest_oracle_tasks(subject: Subject) -> tuple[list[Task], str | None]:
-    """Oracle episodes from the manifest's ``capabilities.oracle`` file, and why not if none.
-
-    The file (JSON list or JSON lines) holds ``{"reset": {...}, "actions": [...]}`` or
-    ``{"reset": {...}, "answer": ...}`` objects. Script oracles are not executed.
-    """
-    oracle = subject.manifest.oracle if subject.manifest else None
-    if oracle is None or subject.folder is None:
-        return [], None
-    location = str(oracle.get("location"))
-    path = (subject.folder / location).resolve()
-    if not path.is_relative_to(subject.folder.resolve()) or not path.is_file():
-        return [], f"the declared oracle {location!r} is not a file inside the package"
-    if path.suffix not in (".json", ".jsonl"):
-        return [], (
-            f"the declared oracle {location!r} is a {oracle.get('form')} oracle: "
-            "taskhub replays only data oracles (JSON episodes), it runs no scripts"
-        )
-    try:
-        text = path.read_text(encoding="utf-8")
-        rows = (
-            json.loads(text)
-            if path.suffix == ".json"
-            else [json.loads(line) for line in text.splitlines() if line.strip()]
-        )
-        if isinstance(rows, dict):
-            rows = [rows]
-        tasks = [
-            Task(
-                task_id=f"manifest-oracle-{i}",
-                reset=row.get("reset", {}),
-                oracle_actions=row.get("actions"),
-                answer=row.get("answer"),
-            )
-            for i, row in enumerate(rows)
-        ]
-    except (ValueError, AttributeError, TypeError) as exc:
-        return [], f"the declared oracle {location!r} is not a list of episodes: {exc}"
-    return tasks, None
-
-
-def _oracle_steps(task: Task) -> int:
-    return len(task.oracle_actions) if task.oracle_actions else 1
-
-
-@check("semantic.oracle_max", level="semantic", order=60, needs=("episode",), after=SEMANTIC_AFTER)
+@check("semantic.oracle_max", level="semantic", needs=("episode",), after=SEMANTIC_AFTER)
 async def check_oracle_max(subject: Subject) -> Finding:
     """The reference solution reaches the maximum reward (within the declared tolerance)."""
-    candidates = [t for t in subject.tasks if subject.oracle_policy(t) is not None]
-    source = "taskset"
-    why_not = None
-    if not candidates:
-        candidates, why_not = manifest_oracle_tasks(subject)
-        candidates = candidates[: subject.config.tasks]
-        source = "manifest"
-    if not candidates:
+    oracle = await subject.get(ORACLE_RUNS)
+    if not oracle.runs and oracle.why_not is not None:
         return failed(
-            why_not
-            or "no oracle: no taskset row carries an answer or oracle_actions, and the "
-            "manifest declares no oracle",
-            "Give the env a way to show its verifier awards max reward: taskset rows with "
-            "`answer` or `oracle_actions` (--taskset), or a data oracle in openenv.yaml "
-            "(validation.capabilities.oracle).",
+            oracle.why_not,
+            "Point validation.capabilities.oracle at a JSON file of "
+            '{"reset": {...}, "actions": [...]} episodes inside the package.',
+        )
+    if not oracle.runs:
+        return skipped(
+            "no oracle: no taskset row carries an answer or oracle_actions, and the manifest "
+            "declares no oracle",
+            remediation="To check that the verifier awards the maximum reward, give taskset "
+            "rows an `answer` or `oracle_actions` (--taskset), or declare a data oracle in "
+            "openenv.yaml (validation.capabilities.oracle).",
         )
     high = subject.reward_range[1]
     tolerance = subject.oracle_tolerance
-    runs: list[tuple[Task, Trajectory]] = []
-    short: list[Any] = []
-    for task in candidates:
-        policy = subject.oracle_policy(task)
-        if policy is None:
-            continue
-        trajectory = await subject.play(
-            subject.reset_kwargs(task, tag="oracle"),
-            policy,
-            max_steps=_oracle_steps(task),
-            snapshots=True,
-        )
-        runs.append((task, trajectory))
-        if trajectory.error is not None or trajectory.total_reward < high - tolerance:
-            short.append({"task_id": task.task_id, **trajectory.describe(3)})
-    subject.cache["oracle_runs"] = runs
+    runs = oracle.runs
+    short: list[Any] = [
+        {"task_id": task.task_id, **trajectory.describe(3)}
+        for task, trajectory in runs
+        if trajectory.error is not None or trajectory.total_reward < high - tolerance
+    ]
     totals = [t.total_reward for _, t in runs]
     measured: JsonObject = {
-        "source": source,
+        "source": oracle.source,
         "tasks": len(runs),
         "max": high,
         "tolerance": tolerance,
@@ -348,7 +81,7 @@ async def check_oracle_max(subject: Subject) -> Finding:
             evidence=short[:3],
         )
     return passed(
-        f"the reference solution reached {high:g} on {len(runs)} tasks ({source})",
+        f"the reference solution reached {high:g} on {len(runs)} tasks ({oracle.source})",
         measured=measured,
     )
 
@@ -356,37 +89,16 @@ async def check_oracle_max(subject: Subject) -> Finding:
 # --- floor -------------------------------------------------------------------------------------
 
 
-async def measure_floor(subject: Subject) -> tuple[float | None, list[Trajectory]]:
-    """Median do-nothing episode reward over the sampled tasks (cached)."""
-    if "floor" in subject.cache:
-        floor: float | None = subject.cache["floor"]
-        runs: list[Trajectory] = subject.cache["noop_runs"]
-        return floor, runs
-    runs = []
-    for task in subject.tasks:
-        runs.append(
-            await subject.play(
-                subject.reset_kwargs(task, tag="floor"),
-                noop_policy(subject),
-                max_steps=subject.max_steps_for(task),
-            )
-        )
-    totals = [r.total_reward for r in runs if r.error is None]
-    floor = median(totals) if totals else None
-    subject.cache["floor"], subject.cache["noop_runs"] = floor, runs
-    return floor, runs
-
-
 @check(
     "semantic.floor_gap",
     level="semantic",
-    order=61,
     needs=("episode",),
     after=("runtime.episode_determinism",),
 )
 async def check_floor_gap(subject: Subject) -> Finding:
     """Doing nothing scores at least the declared margin below the maximum reward."""
-    floor, runs = await measure_floor(subject)
+    measured_floor = await subject.get(FLOOR)
+    floor, runs = measured_floor.value, measured_floor.runs
     high = subject.reward_range[1]
     margin = subject.floor_margin
     totals = [r.total_reward for r in runs if r.error is None]
@@ -430,7 +142,7 @@ def canaries(subject: Subject, task: Task, other: Task) -> dict[str, ActionPolic
     """Policies that must not earn more than doing nothing."""
     # canaries are valid actions (an invalid one is protocol.malformed_input's business):
     # `{}` when the schema allows it, else the emptiest valid action
-    required = (subject.action_schema or {}).get("required") or []
+    required = (subject.driver.action_schema or {}).get("required") or []
     empty: JsonObject = subject.noop_action() if required else {}
     out: dict[str, ActionPolicy] = {"empty": lambda _i, _r: empty}
     other_actions = subject.oracle_actions(other) if other is not task else None
@@ -455,13 +167,12 @@ def canaries(subject: Subject, task: Task, other: Task) -> dict[str, ActionPolic
 @check(
     "semantic.canary_floor",
     level="semantic",
-    order=62,
     needs=("episode",),
     after=("runtime.episode_determinism",),
 )
 async def check_canary_floor(subject: Subject) -> Finding:
     """Canaries (empty, repeated, echoed, huge and spammed actions) score no more than the floor."""
-    floor, _ = await measure_floor(subject)
+    floor = (await subject.get(FLOOR)).value
     if floor is None:
         return skipped("no floor could be measured (semantic.floor_gap reports it)")
     low, high = subject.reward_range
@@ -473,7 +184,7 @@ async def check_canary_floor(subject: Subject) -> Finding:
     for index, task in enumerate(tasks):
         other = tasks[(index + 1) % len(tasks)]
         for name, policy in canaries(subject, task, other).items():
-            trajectory = await subject.play(
+            trajectory = await subject.driver.play(
                 subject.reset_kwargs(task, tag=f"canary-{name}"),
                 policy,
                 max_steps=subject.max_steps_for(task),
@@ -576,7 +287,7 @@ def leaking_paths(
     return leaks, checked
 
 
-def _answered(subject: Subject) -> bool:
+def answered(subject: Subject) -> bool:
     return any(
         t.answer is not None and not isinstance(t.answer, dict | list) for t in subject.tasks
     )
@@ -585,16 +296,15 @@ def _answered(subject: Subject) -> bool:
 @check(
     "semantic.no_solution_leakage",
     level="semantic",
-    order=63,
     needs=("episode",),
     after=SEMANTIC_AFTER,
 )
 async def check_no_solution_leakage(subject: Subject) -> Finding:
     """The reference answer appears in no observation the agent sees before it answers."""
-    if not _answered(subject):
+    if not answered(subject):
         return skipped("no taskset row carries an answer to look for")
-    runs: list[tuple[Task, Trajectory]] = subject.cache.get("oracle_runs") or []
-    _, noop_runs = await measure_floor(subject)
+    runs = (await subject.get(ORACLE_RUNS)).runs
+    noop_runs = (await subject.get(FLOOR)).runs
     seen: dict[str, list[dict[str, Any]]] = {}
     for task, trajectory in runs:
         seen.setdefault(task.task_id, []).extend(trajectory.pre_done_observations())
@@ -622,47 +332,18 @@ async def check_no_solution_leakage(subject: Subject) -> Finding:
     return passed(f"no answer appears in the observations of {checked} tasks", measured=measured)
 
 
-@check(
-    "runtime.oracle_containment",
-    level="runtime",
-    order=70,
-    needs=("episode",),
-    after=SEMANTIC_AFTER,
-)
-async def check_oracle_containment(subject: Subject) -> Finding:
-    """state(), which any client can call, does not reveal the answer before it is given."""
-    runs: list[tuple[Task, Trajectory]] = subject.cache.get("oracle_runs") or []
-    if not _answered(subject) or not runs:
-        return skipped("no oracle episode with an answer ran")
-    items = [(task, trajectory.states) for task, trajectory in runs]
-    leaks, checked = leaking_paths(items, ignore=frozenset({"episode_id"}))
-    measured: JsonObject = {"tasks_checked": checked, "leaking_fields": sorted(leaks)}
-    if leaks:
-        path, ids = next(iter(sorted(leaks.items())))
-        example = next(t for t, _ in runs if t.task_id == ids[0])
-        states = next(tr.states for t, tr in runs if t.task_id == ids[0])
-        return failed(
-            f"state() reveals the answer in {path!r} in {len(ids)} of {checked} tasks",
-            "Keep the ground truth out of the State model: state() is served to every client.",
-            measured=measured,
-            evidence=[{"task_id": example.task_id, "answer": example.answer, "states": states[:2]}],
-        )
-    return passed(f"state() holds no answer in {checked} tasks", measured=measured)
-
-
 # --- verifier determinism ----------------------------------------------------------------------
 
 
 @check(
     "semantic.verifier_determinism",
     level="semantic",
-    order=64,
     needs=("episode",),
     after=SEMANTIC_AFTER,
 )
 async def check_verifier_determinism(subject: Subject) -> Finding:
     """Replaying the same solution (and the same wrong answer) always earns the same reward."""
-    runs: list[tuple[Task, Trajectory]] = subject.cache.get("oracle_runs") or []
+    runs = (await subject.get(ORACLE_RUNS)).runs
     if not runs:
         return skipped("no oracle episode ran (semantic.oracle_max reports why)")
     unstable: list[Any] = []
@@ -678,12 +359,16 @@ async def check_verifier_determinism(subject: Subject) -> Finding:
         kwargs = subject.reset_kwargs(task, tag="replay")
         for _ in range(REPLAYS):
             rewards["oracle"].append(
-                (await subject.play(kwargs, policy, max_steps=_oracle_steps(task))).total_reward
+                (
+                    await subject.driver.play(kwargs, policy, max_steps=oracle_steps(task))
+                ).total_reward
             )
             if wrong is not None:
                 rewards["wrong"].append(
                     (
-                        await subject.play(kwargs, wrong, max_steps=subject.max_steps_for(task))
+                        await subject.driver.play(
+                            kwargs, wrong, max_steps=subject.max_steps_for(task)
+                        )
                     ).total_reward
                 )
         measured_rewards[task.task_id] = rewards
@@ -747,12 +432,12 @@ def first_difference(recorded: Trajectory, replayed: Trajectory) -> str:
     return f"the recording has {len(recorded.steps)} step(s), the replay {len(replayed.steps)}"
 
 
-def _recorded(subject: Subject) -> list[tuple[Task, Trajectory]]:
+async def _recorded(subject: Subject) -> list[tuple[Task, Trajectory]]:
     """Clean recorded episodes to replay: oracle runs first, then do-nothing runs."""
-    oracle: list[tuple[Task, Trajectory]] = subject.cache.get("oracle_runs") or []
-    reference = [(task, run) for task, _, run in subject.cache.get("reference_runs") or []]
+    oracle_runs = (await subject.get(ORACLE_RUNS)).runs
+    reference = [(run.task, run.first) for run in await subject.get(REFERENCE_RUNS)]
     picked: list[tuple[Task, Trajectory]] = []
-    for task, run in oracle[: REPLAY_EPISODES - 1] + reference:
+    for task, run in oracle_runs[: REPLAY_EPISODES - 1] + reference:
         if run.error is None and run.first is not None and len(picked) < REPLAY_EPISODES:
             picked.append((task, run))
     return picked
@@ -775,7 +460,7 @@ def _other_hash_seed() -> str:
 @check(
     "semantic.replayability",
     level="semantic",
-    order=76,
+    disrupts=True,
     needs=("episode",),
     after=("runtime.episode_determinism", "semantic.verifier_determinism"),
 )
@@ -790,17 +475,18 @@ async def check_replayability(subject: Subject) -> Finding:
     order, counters, caches, clocks read at import. A running server that taskhub did not
     launch is replayed in fresh sessions, not restarted.
     """
-    recorded = _recorded(subject)
+    recorded = await _recorded(subject)
     if not recorded:
         return skipped("no clean episode was recorded (oracle and do-nothing runs all failed)")
-    restarted = subject.server is not None and subject.folder is not None
+    driver = subject.driver
+    restarted = driver.server is not None and subject.env.folder is not None
     hash_seed = None
     if restarted:
         hash_seed = _other_hash_seed()
-        subject.stop()
-        subject.url = None
+        driver.stop()
+        driver.url = None
         try:
-            await subject.launch(env={"PYTHONHASHSEED": hash_seed})
+            await driver.launch(env={"PYTHONHASHSEED": hash_seed})
         except (EnvError, OSError) as exc:
             return failed(
                 f"the server did not start again after a restart: {type(exc).__name__}: {exc}",
@@ -811,7 +497,9 @@ async def check_replayability(subject: Subject) -> Finding:
     for task, run in recorded:
         actions = [action for action, _ in run.steps]
         # the same reset kwargs, episode_id included, as episode determinism replays them
-        replay = await subject.play(run.reset_kwargs, _replaying(actions), max_steps=len(actions))
+        replay = await subject.driver.play(
+            run.reset_kwargs, _replaying(actions), max_steps=len(actions)
+        )
         if replay.signature(states=False) != run.signature(states=False):
             differing.append(
                 {
@@ -842,3 +530,40 @@ async def check_replayability(subject: Subject) -> Finding:
     return passed(
         f"{len(recorded)} recorded episodes replayed identically on {where}", measured=measured
     )
+
+
+# --- semantic.resource_envelope ---------------------------------------------------------------
+
+
+@check("semantic.resource_envelope", level="semantic", needs=("episode", "process", "exchanges"))
+async def check_resource_envelope(subject: Subject) -> Finding:
+    """Measured memory and episode time stay within the declared resources."""
+    manifest, driver = subject.env.manifest, subject.driver
+    memory = manifest.memory_mb if manifest else None
+    timeout = manifest.episode_timeout_s if manifest else None
+    if memory is None and timeout is None:
+        return skipped("no resources are declared (static.resource_declaration reports it)")
+    driver.sample_rss()
+    peak = max(driver.rss_samples_mb) if driver.rss_samples_mb else None
+    longest = max(driver.episode_durations_s) if driver.episode_durations_s else None
+    measured: JsonObject = {
+        "peak_rss_mb": round(peak, 1) if peak else None,
+        "declared_memory_mb": memory,
+        "longest_episode_s": round(longest, 3) if longest else None,
+        "declared_episode_timeout_s": timeout,
+        "median_episode_s": round(median(driver.episode_durations_s), 4)
+        if driver.episode_durations_s
+        else None,
+    }
+    problems = []
+    if memory is not None and peak is not None and peak > memory:
+        problems.append(f"peak memory {peak:.0f} MiB exceeds the declared {memory:g} MiB")
+    if timeout is not None and longest is not None and longest > timeout:
+        problems.append(f"an episode took {longest:.1f}s, over the declared {timeout:g}s")
+    if problems:
+        return failed(
+            "; ".join(problems),
+            "Declare the resources the env really uses, or make it use less.",
+            measured=measured,
+        )
+    return passed("memory and episode time stay within the declared resources", measured=measured)

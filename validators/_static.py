@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ._check import Finding, JsonObject, check, failed, passed
+from ._check import Finding, check, failed, passed
+from ._json import JsonObject
 from ._subject import Subject
 
 #: Folders never scanned (virtualenvs, VCS data, caches, tests of the env itself).
@@ -84,10 +85,10 @@ def python_sources(folder: Path) -> Iterator[tuple[Path, str, ast.Module]]:
 # --- static.manifest ---------------------------------------------------------------------------
 
 
-@check("static.manifest", level="static", order=10, needs=("folder",))
+@check("static.manifest", level="static", needs=("folder",))
 async def check_manifest(subject: Subject) -> Finding:
     """openenv.yaml is valid: a known format, an app that resolves, a well-formed 0.10 block."""
-    manifest = subject.manifest
+    manifest = subject.env.manifest
     if manifest is None:
         return failed(
             "openenv.yaml is missing",
@@ -148,7 +149,7 @@ def _excerpt(path: Path, limit: int = 1500) -> str:
 # --- static.layout -----------------------------------------------------------------------------
 
 
-@check("static.layout", level="static", order=11, needs=("folder",))
+@check("static.layout", level="static", needs=("folder",))
 async def check_layout(subject: Subject) -> Finding:
     """The OpenEnv project layout: server app, dependency list, Dockerfile; no archives."""
     folder = subject.root
@@ -265,7 +266,7 @@ def classify_requirement(text: str) -> tuple[str, str]:
     return name, "lower"
 
 
-@check("static.dependency_pinning", level="static", order=12, needs=("folder",))
+@check("static.dependency_pinning", level="static", needs=("folder",))
 async def check_dependency_pinning(subject: Subject) -> Finding:
     """Dependencies are pinned: a lock file, or an exact OpenEnv pin and no unversioned package."""
     folder = subject.root
@@ -319,15 +320,18 @@ async def check_dependency_pinning(subject: Subject) -> Finding:
 # --- static.resource_declaration, static.timeout_ceiling ---------------------------------------
 
 
-@check("static.resource_declaration", level="static", order=13, needs=("folder",))
+@check("static.resource_declaration", level="static", needs=("folder",))
 async def check_resource_declaration(subject: Subject) -> Finding:
     """validation.resources declares cpu, memory_mb, disk_mb and episode_timeout_s."""
-    manifest = subject.manifest
+    manifest = subject.env.manifest
     if manifest is None or manifest.resources is None:
+        era = manifest is not None and manifest.validation is None
         return failed(
-            "openenv.yaml declares no resources",
-            "Declare validation.resources (cpu, memory_mb, disk_mb, episode_timeout_s) in "
-            "openenv.yaml.",
+            "openenv.yaml declares no resources"
+            + (" (it predates the validation: block)" if era else ""),
+            "Add to openenv.yaml:\nvalidation:\n  resources:\n    cpu: 1\n    memory_mb: 1024\n"
+            "    disk_mb: 512\n    episode_timeout_s: 300\n(what one episode of the env needs).",
+            measured={"pre_validation_manifest": era},
         )
     if manifest.resource_problems:
         return failed(
@@ -339,17 +343,19 @@ async def check_resource_declaration(subject: Subject) -> Finding:
     return passed("resources are declared", measured={"resources": manifest.resources})
 
 
-@check("static.timeout_ceiling", level="static", order=14, needs=("folder",))
+@check("static.timeout_ceiling", level="static", needs=("folder",))
 async def check_timeout_ceiling(subject: Subject) -> Finding:
     """An episode timeout is declared and stays under the policy's ceiling."""
-    manifest = subject.manifest
+    manifest = subject.env.manifest
     timeout = manifest.episode_timeout_s if manifest else None
     ceiling = subject.policy.bounds.max_episode_timeout_s
     measured: JsonObject = {"episode_timeout_s": timeout, "ceiling_s": ceiling}
     if timeout is None:
+        measured["pre_validation_manifest"] = manifest is not None and manifest.validation is None
         return failed(
             "no episode timeout is declared",
-            "Declare validation.resources.episode_timeout_s in openenv.yaml.",
+            "Add validation.resources.episode_timeout_s to openenv.yaml: the seconds one "
+            f"episode may take (at most {ceiling:g}).",
             measured=measured,
         )
     if timeout > ceiling:
@@ -537,7 +543,7 @@ def shipped_data(folder: Path) -> list[JsonObject]:
     return files
 
 
-@check("static.task_distribution_pinning", level="static", order=16, needs=("folder",))
+@check("static.task_distribution_pinning", level="static", needs=("folder",))
 async def check_task_distribution_pinning(subject: Subject) -> Finding:
     """The tasks the env serves cannot change under the same version of the env.
 
@@ -656,7 +662,7 @@ def _route_verb(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
     return None
 
 
-@check("static.env_implementation", level="static", order=15, needs=("folder",))
+@check("static.env_implementation", level="static", needs=("folder",))
 async def check_env_implementation(subject: Subject) -> Finding:
     """Reset and step are really implemented, not endpoints that just return "ok"."""
     folder = subject.root

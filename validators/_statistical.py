@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,43 +19,57 @@ from pydantic import SecretStr
 
 from taskhub import EpisodeRecord, EvalConfig, SamplingParams, evaluate_async, mean_ci, read_results
 
-from ._check import Finding, JsonObject, check, failed, passed
-from ._subject import Subject
+from ._check import Finding, check, failed, passed
+from ._json import JsonObject
+from ._subject import Product, Subject
 
 STAT_NEEDS = ("episode", "taskset", "model")
 
 
-async def statistical_run(subject: Subject) -> list[EpisodeRecord]:
-    """Run (once) the model over the taskset against the env; return the scored records."""
-    cached: list[EpisodeRecord] | None = subject.cache.get("stat_records")
-    if cached is not None:
-        return cached
+@dataclass
+class StatisticalRun:
+    """The model's evaluation over the taskset: its scored records and where they are."""
+
+    records: list[EpisodeRecord]
+    run_dir: str
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+async def run_model(subject: Subject) -> StatisticalRun:
+    """Run the model over the taskset against the env; keep the scored records."""
     config = subject.config
-    timeout = subject.manifest.episode_timeout_s if subject.manifest else None
+    manifest = subject.env.manifest
+    timeout = manifest.episode_timeout_s if manifest else None
     eval_config = EvalConfig(
         model=config.model or "",
-        taskset=subject.taskset_source or "",
-        env=subject.url,
+        taskset=subject.env.taskset_source or "",
+        env=subject.driver.url,
         base_url=config.base_url,
         api_key=SecretStr(config.api_key.get_secret_value()) if config.api_key else None,
         split=config.split,
         limit=config.stat_tasks,
         samples=config.samples,
         sampling=SamplingParams(temperature=config.temperature),
-        concurrency=min(4, config.sessions) if subject.transport == "ws" else 1,
+        concurrency=min(4, config.sessions) if subject.driver.transport == "ws" else 1,
         step_timeout_s=config.op_timeout_s,
         episode_timeout_s=timeout or 300.0,
         max_retries=1,
     )
-    folder = subject.log_dir or Path(tempfile.mkdtemp(prefix="taskhub-validate-"))
+    folder = subject.driver.log_dir or Path(tempfile.mkdtemp(prefix="taskhub-validate-"))
     run_dir = folder / "statistical-run"
     async with asyncio.timeout(config.stat_timeout_s):
         result = await evaluate_async(eval_config, run_dir=run_dir)
     records = [r for r in read_results(result.run_dir) if r.outcome != "infra_error"]
-    subject.cache["stat_records"] = records
-    subject.cache["stat_run_dir"] = str(result.run_dir)
-    subject.cache["stat_outcomes"] = dict(result.summary.outcomes)
-    return records
+    return StatisticalRun(records, str(result.run_dir), dict(result.summary.outcomes))
+
+
+#: The statistical checks' one evaluation run.
+STATISTICAL_RUN = Product("statistical_run", run_model)
+
+
+async def statistical_run(subject: Subject) -> list[EpisodeRecord]:
+    """The scored records of the statistical run (run once)."""
+    return (await subject.get(STATISTICAL_RUN)).records
 
 
 def per_task(records: list[EpisodeRecord]) -> dict[str, list[EpisodeRecord]]:
@@ -79,6 +94,7 @@ def group_signal(p: float, group: int) -> float:
 
 
 def _base(subject: Subject, records: list[EpisodeRecord]) -> JsonObject:
+    run = subject.peek(STATISTICAL_RUN)
     rates = pass_rates(records)
     overall = sum(bool(r.success) for r in records) / len(records) if records else 0.0
     return {
@@ -87,20 +103,21 @@ def _base(subject: Subject, records: list[EpisodeRecord]) -> JsonObject:
         "tasks": len(rates),
         "samples": subject.config.samples,
         "pass_rate": round(overall, 4),
-        "outcomes": subject.cache.get("stat_outcomes"),
-        "run_dir": subject.cache.get("stat_run_dir"),
+        "outcomes": run.outcomes if run else None,
+        "run_dir": run.run_dir if run else None,
     }
 
 
 def _no_records(subject: Subject) -> Finding:
+    run = subject.peek(STATISTICAL_RUN)
     return failed(
         "no episode of the model's run was scored (every one was an infra error)",
         "Make the env serve the runner's episodes (see the run directory's records).",
-        measured={"run_dir": subject.cache.get("stat_run_dir")},
+        measured={"run_dir": run.run_dir if run else None},
     )
 
 
-@check("statistical.reward_reachability", level="statistical", order=80, needs=STAT_NEEDS)
+@check("statistical.reward_reachability", level="statistical", needs=STAT_NEEDS)
 async def check_reward_reachability(subject: Subject) -> Finding:
     """The model reaches the success reward on some task (pass rate > 0)."""
     records = await statistical_run(subject)
@@ -119,7 +136,7 @@ async def check_reward_reachability(subject: Subject) -> Finding:
     )
 
 
-@check("statistical.headroom", level="statistical", order=81, needs=STAT_NEEDS)
+@check("statistical.headroom", level="statistical", needs=STAT_NEEDS)
 async def check_headroom(subject: Subject) -> Finding:
     """The model does not solve everything (pass rate < 1): there is something to learn."""
     records = await statistical_run(subject)
@@ -135,7 +152,7 @@ async def check_headroom(subject: Subject) -> Finding:
     return passed(f"pass rate {measured['pass_rate']:.2f} leaves headroom", measured=measured)
 
 
-@check("statistical.variance_bound", level="statistical", order=82, needs=STAT_NEEDS)
+@check("statistical.variance_bound", level="statistical", needs=STAT_NEEDS)
 async def check_variance_bound(subject: Subject) -> Finding:
     """The mean reward is precise: its 95% confidence half-width is within the tolerance."""
     records = await statistical_run(subject)
@@ -171,7 +188,7 @@ async def check_variance_bound(subject: Subject) -> Finding:
     )
 
 
-@check("statistical.training_signal", level="statistical", order=83, needs=STAT_NEEDS)
+@check("statistical.training_signal", level="statistical", needs=STAT_NEEDS)
 async def check_training_signal(subject: Subject) -> Finding:
     """GRPO groups of G samples disagree often enough to learn from (1 - p^G - (1-p)^G)."""
     records = await statistical_run(subject)

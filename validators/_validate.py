@@ -1,8 +1,9 @@
 """The aggregator: resolve the target, run every registered check in order, apply the policy.
 
 Every check runs (a failure does not stop the others: maximum information per run), each
-under its own deadline and all under the run's time budget. A check whose prerequisites are
-missing is reported as skipped with the reason; one the budget leaves no time for is an error.
+under its own deadline and all under the run's time budget, in the order their declarations
+give (``_check.schedule``). A check whose prerequisites are missing is reported as skipped
+with the reason; one the budget leaves no time for is an error.
 """
 
 from __future__ import annotations
@@ -36,17 +37,18 @@ from taskhub import (
 from taskhub.env import LocalServer, resolve_env
 
 from . import _checks  # noqa: F401  (registers the checks)
-from ._check import CheckSpec, Finding, failed, registered_checks, skipped
+from ._check import CheckSpec, Finding, failed, prerequisites, registered_checks, skipped
 from ._config import ValidationConfig
+from ._driver import EnvDriver
+from ._json import JsonObject
 from ._manifest import read_manifest
 from ._policy import EXIT_CODES, Policy, load_policy
+from ._protocol import METADATA
 from ._sources import clone, parse_git, remove_tree, source_digest, temp_workdir
-from ._subject import Subject, TargetKind
+from ._subject import EnvDescription, Subject, TargetKind
 
 logger = logging.getLogger(__name__)
 
-#: Checks that set up what the others use; always run when any check is selected.
-INFRASTRUCTURE = ("runtime.startup", "protocol.schema", "protocol.websocket", "protocol.episode")
 #: Protocol checks that, when all fail on a URL, mean it is not an OpenEnv server at all.
 RECOGNITION = ("protocol.health", "protocol.schema", "protocol.websocket", "protocol.episode")
 #: How many times a server that died during validation is started again.
@@ -90,6 +92,26 @@ def default_taskset(kind: TargetKind, spec: str, folder: Path | None) -> str | N
     return None
 
 
+def missing_need(subject: Subject, need: str) -> str | None:
+    """Why ``need`` is not available to a check (None when it is)."""
+    env, driver = subject.env, subject.driver
+    reasons: dict[str, tuple[bool, str]] = {
+        "folder": (env.folder is None, "the target is a URL: there are no files to read"),
+        "server": (driver.url is None, "no running server (it did not start, or died)"),
+        "episode": (
+            driver.url is None or not subject.passed("protocol.episode"),
+            "no episode could run (protocol.episode did not pass, or the server died)",
+        ),
+        "ws": (driver.transport != "ws", "the server has no WebSocket sessions"),
+        "exchanges": (False, ""),
+        "taskset": (env.taskset is None, "no taskset was given (--taskset)"),
+        "process": (driver.server is None, "the server is not a local process"),
+        "model": (not subject.config.model, "no model was given (--model)"),
+    }
+    missing, why = reasons[need]
+    return why if missing else None
+
+
 def _selected(specs: list[CheckSpec], wanted: list[str] | None) -> list[CheckSpec]:
     if not wanted:
         return specs
@@ -97,14 +119,7 @@ def _selected(specs: list[CheckSpec], wanted: list[str] | None) -> list[CheckSpe
     unknown = sorted(set(wanted) - set(by_id))
     if unknown:
         raise ConfigError(f"unknown check id(s) {unknown}; known: {', '.join(sorted(by_id))}")
-    keep = set(wanted) | set(INFRASTRUCTURE)
-    pending = list(keep)
-    while pending:
-        spec = by_id.get(pending.pop())
-        for dep in spec.after if spec else ():
-            if dep not in keep:
-                keep.add(dep)
-                pending.append(dep)
+    keep = prerequisites(specs, wanted)
     return [s for s in specs if s.id in keep]
 
 
@@ -130,21 +145,9 @@ class _Run:
                 return skipped(
                     f"depends on {dep}, which did not pass", measured={"blocked_by": dep}
                 )
-        reasons = {
-            "folder": (subject.folder is None, "the target is a URL: there are no files to read"),
-            "server": (subject.url is None, "no running server (it did not start, or died)"),
-            "episode": (
-                subject.url is None or not subject.cache.get("episode_ok"),
-                "no episode could run (protocol.episode did not pass, or the server died)",
-            ),
-            "ws": (subject.transport != "ws", "the server has no WebSocket sessions"),
-            "taskset": (subject.taskset is None, "no taskset was given (--taskset)"),
-            "process": (subject.server is None, "the server is not a local process"),
-            "model": (not subject.config.model, "no model was given (--model)"),
-        }
         for need in spec.needs:
-            missing, why = reasons[need]
-            if missing:
+            why = missing_need(subject, need)
+            if why is not None:
                 if need in ("server", "episode"):
                     self.blocked.add(spec.id)
                 return skipped(why)
@@ -177,18 +180,18 @@ class _Run:
         if self.on_check is not None:
             self.on_check(result)
         if died is not None:
-            subject.url = None
+            subject.driver.url = None
             if self.relaunches < MAX_RELAUNCHES:  # so that one crash does not fail every check
                 self.relaunches += 1
                 try:
-                    await subject.launch()
+                    await subject.driver.launch()
                 except (EnvError, OSError) as exc:
                     logger.warning("relaunching the server failed: %s", exc)
-        subject.sample_rss()
+        subject.driver.sample_rss()
         return result
 
     def _server_died(self) -> str | None:
-        server = self.subject.server
+        server = self.subject.driver.server
         if server is None or server.process.poll() is None or id(server) in self.deaths_seen:
             return None
         self.deaths_seen.add(id(server))
@@ -210,13 +213,14 @@ class _Run:
         limit = config.stat_timeout_s if spec.level == "statistical" else config.check_timeout_s
         budget_bound = remaining < limit
         timeout = min(limit, remaining)
-        subject.current_check = spec.id
-        first_exchange = len(subject.exchanges)
+        subject.driver.current_check = spec.id
+        exchanges = subject.driver.exchanges
+        first_exchange = len(exchanges)
         try:
             async with asyncio.timeout(timeout):
                 return await spec.fn(subject)
         except TimeoutError:
-            tail = [e.evidence() for e in subject.exchanges[first_exchange:][-3:]]
+            tail = [e.evidence() for e in exchanges[first_exchange:][-3:]]
             if budget_bound:
                 return Finding(
                     "error",
@@ -230,7 +234,7 @@ class _Run:
                 evidence=tail,
             )
         except EnvError as exc:
-            tail = [e.evidence() for e in subject.exchanges[first_exchange:][-3:]]
+            tail = [e.evidence() for e in exchanges[first_exchange:][-3:]]
             return failed(
                 f"the env broke the check: {type(exc).__name__}: {exc}"[:600],
                 "Answer every protocol request with a well-formed frame.",
@@ -357,22 +361,26 @@ async def validate_async(
     async with httpx.AsyncClient(
         timeout=httpx.Timeout(config.op_timeout_s, connect=5.0), follow_redirects=False
     ) as http:
-        subject = Subject(
+        description = EnvDescription(
             target=shown,
             kind=kind,
-            config=config,
-            policy=policy,
-            http=http,
             folder=folder,
             manifest=manifest,
-            url=url,
             taskset=taskset,
             taskset_source=taskset_source,
             tasks=tasks,
+        )
+        driver = EnvDriver(
+            config=config,
+            http=http,
+            folder=folder,
+            url=url,
+            sessions=description.declared_sessions,
             log_dir=log_dir or (workdir / "logs" if workdir else None),
             python=config.python,
             on_launch=on_launch,
         )
+        subject = Subject(env=description, driver=driver, config=config, policy=policy)
         run = _Run(subject, policy, on_check)
         error: ErrorInfo | None = None
         try:
@@ -382,7 +390,7 @@ async def validate_async(
             logger.exception("validation of %s failed", target)
             error = ErrorInfo(type=type(exc).__name__, message=str(exc), boundary="validate")
         finally:
-            subject.stop()
+            driver.stop()
             if workdir is not None:
                 remove_tree(workdir)
     results = run.results
@@ -409,12 +417,17 @@ async def validate_async(
         target=shown,
         target_kind=kind,
         name=name,
-        env_metadata=subject.metadata,
+        env_metadata=_metadata_body(subject),
         taskset=taskset.ref if taskset is not None else None,
         checks=results,
         error=error,
         source_digest=digest,
     )
+
+
+def _metadata_body(subject: Subject) -> JsonObject | None:
+    reply = subject.peek(METADATA)
+    return reply.json if reply is not None and isinstance(reply.json, dict) else None
 
 
 def validate(

@@ -1,5 +1,5 @@
 // The episode browser of a run page, in plain JavaScript.
-// Data arrives as script files that call TASKHUB.index(n, columns) and TASKHUB.page(n, records)
+// Data arrives as script files that call TASKHUB.index(n, columns) and TASKHUB.page(n, packed)
 // (fetch() of local files is refused by browsers; script tags work from file:// too). Index
 // chunks load one after the other in the background; a page of full records loads when one of
 // its episodes is opened. Everything from the records is written with textContent: a model
@@ -80,12 +80,31 @@
       loadNextChunk();
       if (openIndex === null) openFromHash();
     },
-    page: function (n, records) {
-      pages[n] = records;
-      (waiting[n] || []).forEach(function (callback) { callback(records); });
-      delete waiting[n];
+    page: function (n, packed) {
+      inflate(packed).then(function (records) {
+        pages[n] = records;
+        (waiting[n] || []).forEach(function (callback) { callback(records); });
+        delete waiting[n];
+      }, function (error) {
+        failed = "Could not read episode page " + n + " (" + error.message + ").";
+        queueRender();
+      });
     },
   };
+
+  // A page is its records' lines, gzip-compressed then base64-encoded: inflated here.
+  function inflate(packed) {
+    if (typeof DecompressionStream === "undefined") {
+      return Promise.reject(new Error("this browser cannot inflate gzip data"));
+    }
+    var binary = atob(packed);
+    var bytes = new Uint8Array(binary.length);
+    for (var i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return new Response(stream).text().then(function (text) {
+      return text.split("\n").map(function (line) { return JSON.parse(line); });
+    });
+  }
 
   function filters() {
     var min = $("ep-min").value, max = $("ep-max").value;

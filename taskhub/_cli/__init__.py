@@ -15,6 +15,7 @@ from taskhub._cli.eval import eval_command
 from taskhub._cli.rescore import rescore_command
 from taskhub._cli.validate import validate_command
 from taskhub._errors import TaskhubError
+from taskhub._urls import redact_urls_in
 from taskhub._version import __version__
 
 app = typer.Typer(
@@ -68,7 +69,21 @@ def root(
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _UrlRedactor) for f in handler.filters):
+            handler.addFilter(_UrlRedactor())
     logging.getLogger("taskhub").setLevel(level)
+
+
+class _UrlRedactor(logging.Filter):
+    """Takes credentials out of every URL a log line holds (httpx logs each request's URL)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact_urls_in(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
 
 
 def fail(exc: TaskhubError) -> typer.Exit:

@@ -31,6 +31,7 @@ from taskhub._runner import (
     resume,
 )
 from taskhub._schema import EvalConfig, SamplingParams
+from taskhub._urls import redact_urls_in
 
 DEFAULT_MODEL = "local/smollm2-135m"
 DEFAULT_TASKSET = "arith"
@@ -47,8 +48,9 @@ def _parse_shard(value: str | None) -> tuple[int, int] | None:
 
 
 def _redacted_argv() -> list[str]:
+    """The command line as ``run.json`` records it: no key, no credentials in any URL."""
     argv, hide = [], False
-    for arg in sys.argv:
+    for arg in map(redact_urls_in, sys.argv):
         if hide:
             argv.append("***")
             hide = False
@@ -119,6 +121,12 @@ def eval_command(
         int | None,
         typer.Option(help="Sessions per server at most (default: learnt from the server).", min=1),
     ] = None,
+    fresh_session: Annotated[
+        bool,
+        typer.Option(
+            help="Open a new env session for every episode instead of resetting an idle one."
+        ),
+    ] = False,
     max_steps: Annotated[
         int | None, typer.Option(help="Step limit per episode (overrides card and rows).", min=1)
     ] = None,
@@ -181,6 +189,23 @@ def eval_command(
             envvar="TASKHUB_CACHE",
         ),
     ] = None,
+    trust_remote_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-remote-code",
+            help="Let the taskset's rows and card run code on this machine (python:, trl:, "
+            "openenv: rewards, an env folder); refused otherwise. Read it first: taskhub "
+            "taskset show TASKSET.",
+        ),
+    ] = False,
+    retry: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--retry",
+            help="With --resume: also run again the episodes that ended so ('infra': "
+            "infra_error); their earlier records stay as history, never counted.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     progress: Annotated[
         bool | None,
@@ -211,7 +236,7 @@ def eval_command(
         bar = LineProgress(lambda line: typer.echo(line, err=True))
     elif progress if progress is not None else not as_json:
         bar = BarProgress(console)
-    if resume_dir is not None and _finished(resume_dir):
+    if resume_dir is not None and not retry and _finished(resume_dir):
         return
     headers: dict[str, str] = {}
     hub_token = os.environ.get("HF_TOKEN")
@@ -223,11 +248,15 @@ def eval_command(
             result = resume(
                 resume_dir,
                 api_key=api_key,
+                base_url=base_url,
+                retry=retry or (),
                 progress=bar,
                 env_headers=headers,
                 argv=_redacted_argv(),
             )
         else:
+            if retry:
+                raise typer.BadParameter("--retry needs --resume RUN_DIR", param_hint="--retry")
             try:
                 config = EvalConfig(
                     model=model,
@@ -247,6 +276,7 @@ def eval_command(
                     concurrency=concurrency,
                     replicas=replicas,
                     max_sessions_per_env=max_sessions_per_env,
+                    fresh_session=fresh_session,
                     max_steps=max_steps,
                     rewards=reward or None,
                     success_threshold=success_threshold,
@@ -257,6 +287,7 @@ def eval_command(
                     format_retries=format_retries,
                     fail_fast=fail_fast,
                     cache=str(cache) if cache is not None else None,
+                    trust_remote_code=trust_remote_code,
                 )
             except ValidationError as exc:
                 first = exc.errors()[0]

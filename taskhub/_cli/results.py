@@ -20,7 +20,8 @@ from taskhub._cli._render import (
 )
 from taskhub._comparability import comparability
 from taskhub._errors import TaskhubError
-from taskhub._results import read_run, summarize, summarize_groups
+from taskhub._results import SUMMARY_COLUMNS, read_manifest, summarize, summarize_groups
+from taskhub._results_table import dropped_records, read_results_table
 
 app = typer.Typer(help="Read run directories and publish them.", no_args_is_help=True)
 
@@ -48,40 +49,52 @@ def show(
     """
     from taskhub._cli import fail
 
+    fields = list(dict.fromkeys(by or []))
     try:
-        run = read_run(run_dir)
+        manifest = read_manifest(run_dir)
+        # columns, not records: a run of a million episodes fits in memory this way (task
+        # fields for --by are read from the records block by block, the rest of them skipped)
+        table = read_results_table(run_dir, columns=SUMMARY_COLUMNS, task_fields=fields)
+        duplicates, retried = dropped_records(run_dir)
     except TaskhubError as exc:
         raise fail(exc) from None
-    config = comparability(run.manifest)
-    summary = summarize(run.records, n_planned=run.manifest.n_planned, comparability=config)
-    groups = {
-        field: summarize_groups(run.records, field, comparability=config) for field in by or []
-    }
+    config = comparability(manifest)
+    summary = summarize(table, n_planned=manifest.n_planned, comparability=config)
+    groups = {field: summarize_groups(table, field, comparability=config) for field in fields}
     if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "run_dir": str(run.path),
-                    "run_id": run.manifest.run_id,
-                    "status": run.manifest.status,
-                    "model": run.manifest.model.spec,
-                    "taskset": run.manifest.taskset.model_dump(mode="json"),
-                    "comparability": {
-                        "fingerprint": config.fingerprint,
-                        **config.model_dump(mode="json"),
-                    },
-                    "summary": summary.model_dump(mode="json"),
-                    "groups": {
-                        field: [g.model_dump(mode="json") for g in rows]
-                        for field, rows in groups.items()
-                    },
+        head = json.dumps(
+            {
+                "run_dir": str(run_dir),
+                "run_id": manifest.run_id,
+                "status": manifest.status,
+                "model": manifest.model.spec,
+                "taskset": manifest.taskset.model_dump(mode="json"),
+                "comparability": {
+                    "fingerprint": config.fingerprint,
+                    **config.model_dump(mode="json"),
                 },
-                indent=2,
-            )
+                "groups": {
+                    field: [g.model_dump(mode="json") for g in rows]
+                    for field, rows in groups.items()
+                },
+                "dropped_duplicates": duplicates,
+                "retried": retried,
+                "summary": None,
+            },
+            indent=2,
         )
+        # pydantic's own encoder: a summary of many tasks is written in a fraction of the time
+        body = summary.model_dump_json(indent=2).replace("\n", "\n  ")
+        typer.echo(head.removesuffix("null\n}") + body + "\n}")
         return
+    if duplicates:
+        typer.echo(
+            f"note: dropped {duplicates} duplicate record(s): some episodes were recorded "
+            "twice (two writers at once?); each counts once",
+            err=True,
+        )
     console = Console()
-    console.print(summary_table(summary, run.manifest, run.path))
+    console.print(summary_table(summary, manifest, run_dir))
     if summary.components:
         console.print(component_table(summary))
     for field, rows in groups.items():
@@ -143,9 +156,7 @@ def push(
             secrets = {name: os.environ[name] for name in sorted(names) if os.environ.get(name)}
             result = push_results(run_dir, repo, token=token, secrets=secrets, private=private)
             typer.echo(f"pushed {run_dir} to {result.repo_id}: commit {result.commit_sha}")
-            source = results_url(
-                result.repo_id, result.commit_sha, read_run(run_dir).manifest.run_id
-            )
+            source = results_url(result.repo_id, result.commit_sha, read_manifest(run_dir).run_id)
         if model_repo is not None:
             pushed = push_eval_results(
                 run_dir, model_repo, metric=metric, source_url=source, branch=branch, token=token
@@ -177,7 +188,8 @@ def compare(
     from taskhub._compare import compare_runs
 
     try:
-        comparison = compare_runs(read_run(run_a), read_run(run_b))
+        # run directories, read as columns: no record of either is held
+        comparison = compare_runs(run_a, run_b)
     except TaskhubError as exc:
         raise fail(exc) from None
     if as_json:

@@ -61,7 +61,7 @@ def check(
 
     try:
         taskset = load_taskset(source, revision=revision)
-        check_taskset(taskset)
+        remote = check_taskset(taskset)
     except TaskhubError as exc:
         raise fail(exc) from None
     counts = _counts(taskset.splits)
@@ -72,11 +72,21 @@ def check(
             "splits": counts,
             "fingerprint": taskset.ref.fingerprint,
             "commit_sha": taskset.ref.commit_sha,
+            "remote_code": [str(item) for item in remote],
         }
         typer.echo(json.dumps(info, indent=2))
     else:
         rows = ", ".join(f"{split} {count} rows" for split, count in counts.items())
         typer.echo(f"ok: {taskset.name}: {rows}")
+        _print_remote_code([str(item) for item in remote])
+
+
+def _print_remote_code(items: list[str]) -> None:
+    if not items:
+        return
+    typer.echo(f"runs code ({len(items)}; evaluating it needs --trust-remote-code):")
+    for item in items:
+        typer.echo(f"  {item}")
 
 
 @app.command("init")
@@ -224,6 +234,7 @@ def show(
         typer.echo(f"  columns   {', '.join(detail.columns)}")
         if detail.metadata_keys:
             typer.echo(f"  metadata  {', '.join(detail.metadata_keys)}")
+    _print_remote_code(info.remote_code)
 
 
 @app.command("profile")

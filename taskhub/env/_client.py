@@ -24,6 +24,7 @@ from websockets.exceptions import (
     InvalidStatus,
     InvalidURI,
 )
+from websockets.protocol import State
 
 from taskhub._errors import (
     EnvCapacityError,
@@ -34,6 +35,7 @@ from taskhub._errors import (
     EnvProtocolError,
     EnvTimeout,
 )
+from taskhub._limits import loads_bounded
 
 logger = logging.getLogger(__name__)
 
@@ -108,13 +110,9 @@ def split_base_url(url: str) -> tuple[str, str]:
     return http_base, ws_url
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _loads(text: str | bytes) -> Any:
-    """Parse a frame strictly: NaN and Infinity are not JSON."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """Parse a frame strictly: NaN and Infinity are not JSON, nesting is bounded."""
+    return loads_bounded(text)
 
 
 def _as_reward(value: Any, where: str) -> float | None:
@@ -206,6 +204,11 @@ class EnvClient:
         self._ws: ClientConnection | None = None
         self._state: Literal["unopened", "open", "closed"] = "unopened"
         self.last_latency_s = 0.0
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the session is connected and the server has not closed it."""
+        return self._ws is not None and self._ws.state is State.OPEN
 
     async def __aenter__(self) -> EnvClient:
         await self.connect()

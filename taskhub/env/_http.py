@@ -2,14 +2,16 @@
 
 HTTP carries no session: a server keeps one env for every client (or a fresh env per request),
 so the runner opens at most one of these per server at a time. ``HttpDialect`` says how a
-server wants its requests: the paths and whether the action is wrapped in ``{"action": ...}``.
+server wants its requests (the paths, whether the action is wrapped in ``{"action": ...}``,
+which reset kwargs it takes); ``learn_http_dialect`` reads it from the server's
+``/openapi.json``. Replies are read whether the observation is nested under ``observation``
+(OpenEnv's body) or is the reply itself (most hand-rolled servers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -21,31 +23,37 @@ from taskhub._errors import (
     EnvProtocolError,
     EnvTimeout,
 )
+from taskhub._schema import HttpDialect
 from taskhub.env._client import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_TIMEOUT_S,
     StepResult,
+    _as_reward,
     _loads,
     parse_step_payload,
     split_base_url,
 )
 
+__all__ = [
+    "OPENENV_HTTP",
+    "HttpDialect",
+    "HttpEnvSession",
+    "fetch_json",
+    "learn_http_dialect",
+    "parse_http_reply",
+    "request_schema",
+]
 
-@dataclass(frozen=True)
-class HttpDialect:
-    """How an HTTP-only server wants its requests.
+#: Times a request answered 429 (rate limited) is sent again.
+THROTTLE_RETRIES = 3
 
-    Attributes:
-        reset_path: Path of the reset route (``POST``).
-        step_path: Path of the step route (``POST``).
-        state_path: Path of the state route (``GET``), or None when the server has none.
-        wrap_action: Send ``{"action": action}`` (OpenEnv's body) rather than the bare action.
-    """
 
-    reset_path: str = "/reset"
-    step_path: str = "/step"
-    state_path: str | None = "/state"
-    wrap_action: bool = True
+def _retry_after(response: httpx.Response) -> float:
+    """Seconds a 429 asks to wait (``Retry-After``), between 0.2 and 5."""
+    try:
+        return min(max(float(response.headers.get("retry-after", "1")), 0.2), 5.0)
+    except ValueError:
+        return 1.0
 
 
 #: OpenEnv's own HTTP routes and bodies.
@@ -112,6 +120,12 @@ class HttpEnvSession:
                     if not fresh_retry:
                         raise
                     response = await self._http.request(method, url, json=body)
+                for _ in range(THROTTLE_RETRIES):
+                    if response.status_code != 429:
+                        break
+                    # a rate-limited server: wait as it asks (within the deadline), then again
+                    await asyncio.sleep(_retry_after(response))
+                    response = await self._http.request(method, url, json=body)
         except TimeoutError:
             raise EnvTimeout(
                 f"{verb}: no reply from {url} within {self.timeout:g}s", env_url=url
@@ -145,16 +159,19 @@ class HttpEnvSession:
             ) from None
 
     async def reset(self, **kwargs: Any) -> StepResult:
-        """``POST /reset`` with the kwargs as the body."""
+        """``POST /reset`` with the kwargs the route takes as the body."""
+        keys = self.dialect.reset_keys
+        if keys is not None:
+            kwargs = {k: v for k, v in kwargs.items() if k in keys}
         path = self.dialect.reset_path
         body = await self._call("POST", path, kwargs, "reset", fresh_retry=True)
-        return parse_step_payload(body, f"reset reply from {self.base_url}")
+        return parse_http_reply(body, f"reset reply from {self.base_url}")
 
     async def step(self, action: dict[str, Any]) -> StepResult:
         """``POST /step`` with ``{"action": action}`` (or the bare action, by dialect)."""
         payload = {"action": action} if self.dialect.wrap_action else action
         body = await self._call("POST", self.dialect.step_path, payload, "step")
-        return parse_step_payload(body, f"step reply from {self.base_url}")
+        return parse_http_reply(body, f"step reply from {self.base_url}", step=True)
 
     async def state(self) -> dict[str, Any]:
         """``GET /state``."""
@@ -170,6 +187,162 @@ class HttpEnvSession:
     async def close(self) -> None:
         """Forget the session (HTTP has nothing to close)."""
         self._closed = True
+
+
+#: Reply keys that are not part of a top-level observation.
+REPLY_KEYS = frozenset({"reward", "done", "terminated", "truncated", "info", "metadata"})
+
+
+def parse_http_reply(body: Any, where: str, *, step: bool = False) -> StepResult:
+    """Read a reset or step reply, the observation nested (OpenEnv) or at the top level.
+
+    A top-level reply is the observation itself, less ``reward``, ``done`` (or ``terminated``
+    / ``truncated``), ``info`` and ``metadata``. A step reply must say at least one of
+    ``reward`` and ``done``: ``{"status": "ok"}`` is no step result.
+
+    Raises:
+        EnvProtocolError: The reply is not an object, a step reply has neither reward nor
+            done, or ``done`` is not a bool.
+    """
+    if not isinstance(body, dict):
+        raise EnvProtocolError(f"{where}: the reply must be an object, got {body!r:.200}")
+    reward = body.get("reward")
+    if isinstance(reward, dict):  # {"value": 0.4, "breakdown": {...}}: the number it carries
+        number = next((reward[k] for k in ("value", "total", "score") if k in reward), reward)
+        body = {**body, "reward": number}
+    if isinstance(body.get("observation"), dict):
+        return parse_step_payload(body, where)
+    if step and not {"reward", "done", "terminated", "truncated"} & set(body):
+        raise EnvProtocolError(
+            f"{where}: the reply carries neither an observation nor a reward or done: {body!r:.200}"
+        )
+    observation = {k: v for k, v in body.items() if k not in REPLY_KEYS}
+    done: Any = False
+    for key in ("done", "terminated", "truncated"):
+        if body.get(key) is not None:
+            done = body[key]
+            if done is True:
+                break
+    if not isinstance(done, bool):
+        raise EnvProtocolError(f"{where}: done must be a bool, got {done!r:.100}")
+    metadata = body.get("metadata", body.get("info"))
+    return StepResult(
+        observation=observation,
+        reward=_as_reward(body.get("reward"), where),
+        done=done,
+        metadata=metadata if isinstance(metadata, dict) else None,
+    )
+
+
+def _resolve(spec: dict[str, Any], schema: Any, depth: int = 0) -> dict[str, Any]:
+    """``schema`` with its ``$ref`` (and a lone ``allOf``) resolved inside the OpenAPI ``spec``."""
+    if not isinstance(schema, dict) or depth > 8:
+        return {}
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        node: Any = spec
+        for part in ref[2:].split("/"):
+            node = node.get(part) if isinstance(node, dict) else None
+        return _resolve(spec, node, depth + 1)
+    for key in ("allOf", "anyOf", "oneOf"):
+        options = schema.get(key)
+        if not isinstance(options, list):
+            continue
+        typed = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
+        if len(typed) == 1:  # Optional[Model], or a lone allOf
+            return _resolve(spec, typed[0], depth + 1)
+    return schema
+
+
+def _route(paths: dict[str, Any], verb: str, method: str) -> str | None:
+    """The path of the ``verb`` route (``/reset``, else the shortest ``.../reset``)."""
+    found = [
+        path
+        for path, item in paths.items()
+        if isinstance(item, dict)
+        and method in item
+        and path.rstrip("/").rsplit("/", 1)[-1] == verb
+        and "{" not in path
+    ]
+    if f"/{verb}" in found:
+        return f"/{verb}"
+    return min(found, key=len) if found else None
+
+
+def request_schema(spec: dict[str, Any], path: str, method: str = "post") -> dict[str, Any]:
+    """The resolved JSON schema of the request body of ``method path`` (empty when none)."""
+    item = (spec.get("paths") or {}).get(path) or {}
+    operation = item.get(method) if isinstance(item, dict) else None
+    if not isinstance(operation, dict):
+        return {}
+    content = (operation.get("requestBody") or {}).get("content") or {}
+    media = content.get("application/json") if isinstance(content, dict) else None
+    return _resolve(spec, (media or {}).get("schema"))
+
+
+def _body_keys(schema: dict[str, Any]) -> tuple[str, ...] | None:
+    """The keys a request body takes, when its schema closes the set (None: any)."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return None
+    extra = schema.get("additionalProperties")
+    if extra is False or extra is None:
+        return tuple(properties)
+    return None
+
+
+def _named_action(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The one model named ``...Action`` among the document's schemas, if there is one.
+
+    A step route that takes an untyped body and validates it by hand still publishes the
+    model it validates with.
+    """
+    schemas = (spec.get("components") or {}).get("schemas") or {}
+    named = [name for name in schemas if str(name).lower().endswith("action")]
+    return _resolve(spec, schemas[named[0]]) if len(named) == 1 else None
+
+
+def learn_http_dialect(spec: Any) -> tuple[HttpDialect, dict[str, Any] | None] | None:
+    """Read an HTTP server's dialect, and its action schema, from its ``/openapi.json``.
+
+    Returns:
+        ``(dialect, action_schema)``, the schema None when the step body is untyped; None
+        when the document has no reset and step routes.
+    """
+    if not isinstance(spec, dict) or not isinstance(spec.get("paths"), dict):
+        return None
+    paths: dict[str, Any] = spec["paths"]
+    reset, step = _route(paths, "reset", "post"), _route(paths, "step", "post")
+    if reset is None or step is None:
+        return None
+    state = _route(paths, "state", "get")
+    health = next((p for p in ("/health", "/healthz", "/ping") if p in paths), None)
+    body = request_schema(spec, step)
+    found = body.get("properties")
+    properties: dict[str, Any] = found if isinstance(found, dict) else {}
+    inner = _resolve(spec, properties["action"]) if "action" in properties else {}
+    # {"action": {...}} wraps an object; {"action": "A"} is a bare body with a field "action"
+    wrap = bool(
+        inner
+        and (inner.get("type") == "object" or "properties" in inner or "oneOf" in inner)
+        and ("action" in (body.get("required") or []) or len(properties) == 1)
+    )
+    action: dict[str, Any] | None = inner if wrap else body
+    if not action or not (action.get("properties") or action.get("oneOf") or action.get("anyOf")):
+        action = None
+    if not properties:
+        wrap = True  # an untyped body: OpenEnv's shape is the likeliest
+        action = _named_action(spec)
+    reset_keys = _body_keys(request_schema(spec, reset))
+    dialect = HttpDialect(
+        reset_path=reset,
+        step_path=step,
+        state_path=state,
+        health_path=health,
+        wrap_action=wrap,
+        reset_keys=reset_keys,
+    )
+    return dialect, action
 
 
 async def fetch_json(

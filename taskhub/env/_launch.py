@@ -27,10 +27,17 @@ from typing import Any, Literal
 import httpx
 import yaml
 
-from taskhub._errors import EnvConnectError, EnvError, EnvLaunchError, EnvTimeout
-from taskhub._schema import EnvInfo
+from taskhub._errors import (
+    EnvCapacityError,
+    EnvConnectError,
+    EnvError,
+    EnvLaunchError,
+    EnvProtocolError,
+    EnvTimeout,
+)
+from taskhub._schema import EnvInfo, HttpDialect
 from taskhub.env._client import EnvClient, Transport, split_base_url
-from taskhub.env._http import fetch_json
+from taskhub.env._http import fetch_json, learn_http_dialect
 
 logger = logging.getLogger(__name__)
 
@@ -237,8 +244,12 @@ async def wait_healthy(
     *,
     timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
     server: LocalServer | None = None,
-) -> None:
-    """Poll ``GET /health`` until it answers 200.
+) -> str:
+    """Poll ``GET /health`` until the server is up; return the path that said so.
+
+    ``/health`` answering 200 means up. A ``/health`` that answers 404 means a server that is
+    up but has no health route: the wait ends at once, and ``/`` is asked instead (returned
+    when it answers below 500).
 
     Raises:
         EnvLaunchError: The launched process exited first.
@@ -256,8 +267,12 @@ async def wait_healthy(
         try:
             response = await http.get(base_url + "/health", timeout=5.0)
             if response.status_code == 200:
-                return
+                return "/health"
             last = f"HTTP {response.status_code}"
+            if response.status_code == 404:
+                root = await http.get(base_url + "/", timeout=5.0)
+                logger.info("%s has no /health (404); / answered %d", base_url, root.status_code)
+                return "/" if root.status_code < 500 else "/health"
         except httpx.HTTPError as exc:
             last = type(exc).__name__
         await asyncio.sleep(delay)
@@ -269,40 +284,72 @@ async def wait_healthy(
     )
 
 
+#: Seconds the transport probe waits for ``/ws`` to answer its reset frame.
+PROBE_RESET_TIMEOUT_S = 5.0
+
+
+async def probe_wire(
+    http: httpx.AsyncClient, base_url: str, *, timeout: float = 15.0
+) -> tuple[Transport, HttpDialect | None]:
+    """Find how a server plays episodes: ``/ws``, else HTTP in the dialect it speaks.
+
+    ``/ws`` counts when it answers a reset frame in OpenEnv's protocol (an observation, or an
+    error frame with a code); a ``/ws`` that speaks another protocol, closes or stays silent is
+    passed over for HTTP. The HTTP dialect (paths, action wrapping, reset keys) is read from
+    ``/openapi.json``; a server without one gets OpenEnv's when ``POST /reset`` exists.
+
+    Returns:
+        ``("ws", None)`` or ``("http", dialect)``.
+
+    Raises:
+        EnvConnectError: The server has neither (the message says what each answered).
+    """
+    client = EnvClient(base_url, connect_timeout=timeout, timeout=PROBE_RESET_TIMEOUT_S)
+    ws_problem: str
+    try:
+        await client.connect()
+        await client.reset()
+        return "ws", None
+    except EnvConnectError as exc:
+        if exc.code not in ("404", "403", "405"):
+            raise
+        ws_problem = f"has no WebSocket /ws (HTTP {exc.code})"
+    except EnvCapacityError:
+        return "ws", None
+    except EnvProtocolError as exc:
+        if exc.code is not None:  # an OpenEnv error frame: the protocol works
+            return "ws", None
+        ws_problem = f"speaks another protocol on /ws ({exc})"
+    except EnvError as exc:
+        ws_problem = f"/ws did not answer a reset frame ({type(exc).__name__}: {exc})"
+    finally:
+        await client.close()
+    http_base = split_base_url(base_url)[0]
+    try:
+        spec = await fetch_json(http, http_base, "/openapi.json", timeout=timeout)
+    except (EnvConnectError, EnvTimeout, EnvProtocolError):
+        spec = {}
+    learnt = learn_http_dialect(spec)
+    if learnt is not None:
+        logger.warning("%s %s: playing over HTTP, one episode at a time", base_url, ws_problem)
+        return "http", learnt[0]
+    raise EnvConnectError(
+        f"{base_url} {ws_problem} and no POST /reset + /step in /openapi.json: it does not "
+        "serve the OpenEnv protocol",
+        env_url=base_url,
+    )
+
+
 async def probe_transport(
     http: httpx.AsyncClient, base_url: str, *, timeout: float = 15.0
 ) -> Transport:
-    """Return ``ws`` when the server has ``/ws``, ``http`` when it only has ``POST /reset``.
+    """Return ``ws`` when the server plays over ``/ws``, ``http`` when only over HTTP.
 
     Raises:
         EnvConnectError: The server has neither.
     """
-    client = EnvClient(base_url, connect_timeout=timeout)
-    try:
-        await client.connect()
-    except EnvConnectError as exc:
-        if exc.code in ("404", "403", "405"):
-            http_base = split_base_url(base_url)[0]
-            try:
-                spec = await fetch_json(http, http_base, "/openapi.json", timeout=timeout)
-            except (EnvConnectError, EnvTimeout):
-                spec = {}
-            paths = spec.get("paths", {}) if isinstance(spec, dict) else {}
-            if "/reset" in paths and "/step" in paths:
-                logger.warning(
-                    "%s has no /ws: falling back to HTTP, one episode at a time", base_url
-                )
-                return "http"
-            raise EnvConnectError(
-                f"{base_url} has no WebSocket /ws (HTTP {exc.code}) and no POST /reset + /step "
-                "in /openapi.json: it does not serve the OpenEnv protocol",
-                env_url=base_url,
-                code=exc.code,
-            ) from None
-        raise
-    finally:
-        await client.close()
-    return "ws"
+    transport, _ = await probe_wire(http, base_url, timeout=timeout)
+    return transport
 
 
 @dataclass
@@ -383,7 +430,7 @@ class EnvHandle:
         else:
             assert target.url is not None
             urls = [split_base_url(target.url)[0]]
-        transport = await probe_transport(self.http, urls[0])
+        transport, dialect = await probe_wire(self.http, urls[0])
         metadata = await _optional_json(self.http, urls[0], "/metadata")
         schema = await _optional_json(self.http, urls[0], "/schema")
         action_schema = schema.get("action") if isinstance(schema, dict) else None
@@ -392,6 +439,7 @@ class EnvHandle:
             kind=target.kind,
             urls=urls,
             transport=transport,
+            http_dialect=dialect,
             metadata=metadata if isinstance(metadata, dict) else None,
             action_schema=action_schema if isinstance(action_schema, dict) else None,
             path=str(target.path) if target.path else None,

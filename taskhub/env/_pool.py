@@ -1,7 +1,14 @@
-"""Sessions on a set of env servers, never more on one than it accepts.
+"""Sessions on a set of env servers, reused across episodes, never more on one than it accepts.
+
+A WebSocket session serves many episodes one after another (reset again on the same
+connection), so a session whose episode ended well is parked and the next episode on that
+server resets it instead of paying a new handshake. A session that failed (a non-recoverable
+error, a timeout, an env error, a cancelled episode) is closed, never parked. Parked sessions
+hold server slots: they are closed after ``DEFAULT_IDLE_TIMEOUT_S`` unused, and all of them
+when the pool closes, so other clients of a shared server get their slots back.
 
 ``CAPACITY_REACHED`` is back-pressure: the limit it reveals is learnt and probed one session
-higher every ``CAPACITY_PROBE_EVERY`` sessions served, since a shared server's capacity comes
+higher every ``CAPACITY_PROBE_EVERY`` episodes served, since a shared server's capacity comes
 back when its other clients leave.
 """
 
@@ -11,20 +18,26 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
-from taskhub._errors import EnvCapacityError
+from taskhub._errors import AgentFormatError, EnvCapacityError, ModelError
 from taskhub._schema import EnvInfo
-from taskhub.env._client import EnvSession
+from taskhub.env._client import EnvClient, EnvSession
+from taskhub.env._http import OPENENV_HTTP
 from taskhub.env._session import open_session
 
 logger = logging.getLogger(__name__)
 
-#: Sessions served at a limit learnt from ``CAPACITY_REACHED`` before one more is tried: a
-#: shared server's capacity comes back when its other clients leave.
+#: Episodes served at a limit learnt from ``CAPACITY_REACHED`` before one more session is
+#: tried: a shared server's capacity comes back when its other clients leave.
 CAPACITY_PROBE_EVERY = 16
+#: Seconds a parked session may stay unused before it is closed (it holds a server slot).
+DEFAULT_IDLE_TIMEOUT_S = 5.0
+
+# Failures that leave the env side of a session sound: the next episode's reset starts over.
+_SESSION_SOUND_AFTER = (AgentFormatError, ModelError)
 
 
 @dataclass
@@ -33,15 +46,49 @@ class _Endpoint:
     limit: int | None
     ceiling: int | None
     """The user's limit: probing never goes above it."""
-    active: int = 0
+    in_use: int = 0
+    """Sessions serving an episode now."""
+    idle: list[EnvClient] = field(default_factory=list)
+    """Open sessions parked for the next episode, most recently parked last."""
     learnt: bool = False
     """Whether ``limit`` was learnt from a refusal (and may be probed upward again)."""
     served: int = 0
-    """Sessions served since ``limit`` last changed."""
+    """Episodes served since ``limit`` last changed."""
+
+    @property
+    def open(self) -> int:
+        """Sessions this pool holds on the server (serving or parked)."""
+        return self.in_use + len(self.idle)
+
+    def has_room(self) -> bool:
+        return bool(self.idle) or self.limit is None or self.open < self.limit
+
+
+@dataclass
+class PooledSession:
+    """A session handed out by ``SessionPool.session()``.
+
+    Attributes:
+        session: The session; reset it to start the episode.
+        url: The server it is open on.
+        reused: Whether it served an earlier episode (and so is already connected).
+    """
+
+    session: EnvSession
+    url: str
+    reused: bool
+    _endpoint: _Endpoint
 
 
 class SessionPool:
-    """Opens episode sessions on a set of env servers without exceeding what each accepts."""
+    """Episode sessions on a set of env servers, reused, never more than each server accepts.
+
+    Use it as an async context manager (parked sessions close on exit)::
+
+        async with SessionPool(info, http=http, limit=None) as pool:
+            async with pool.session() as pooled:
+                first = await pooled.session.reset(seed=1)
+    """
 
     def __init__(
         self,
@@ -52,6 +99,8 @@ class SessionPool:
         timeout: float,
         max_frame_bytes: int,
         headers: dict[str, str] | None = None,
+        reuse: bool = True,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
     ) -> None:
         """Prepare sessions on every server of ``info``.
 
@@ -60,34 +109,85 @@ class SessionPool:
             http: HTTP client for the HTTP transport.
             limit: Sessions per server at most. Below it (or with None), the limit is learnt
                 from ``CAPACITY_REACHED`` and probed one session higher every
-                ``CAPACITY_PROBE_EVERY`` sessions served. HTTP servers always get 1: they keep
+                ``CAPACITY_PROBE_EVERY`` episodes served. HTTP servers always get 1: they keep
                 one env for every client.
             timeout: Deadline of each env request.
             max_frame_bytes: Largest frame accepted.
             headers: Handshake headers (Space tokens).
+            reuse: Reset an idle open session for the next episode (WebSocket only); False
+                opens a new session for every episode.
+            idle_timeout: Seconds a parked session may stay unused before it is closed.
         """
         self.info = info
         if info.transport == "http":
             limit = 1
         self.endpoints = [_Endpoint(url, limit, limit) for url in info.urls]
+        self.reuse = reuse and info.transport == "ws"
+        self.idle_timeout = idle_timeout
         self._http = http
         self._timeout = timeout
         self._max_frame_bytes = max_frame_bytes
         self._headers = headers or {}
         self._changed = asyncio.Condition()
+        self._expiry: dict[int, asyncio.TimerHandle] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._closed = False
 
-    def _free(self) -> _Endpoint | None:
-        open_ = [e for e in self.endpoints if e.limit is None or e.active < e.limit]
-        return min(open_, key=lambda e: e.active) if open_ else None
+    async def __aenter__(self) -> SessionPool:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _pick(self) -> _Endpoint | None:
+        candidates = [e for e in self.endpoints if e.has_room()]
+        return min(candidates, key=lambda e: e.in_use) if candidates else None
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[tuple[EnvSession, _Endpoint]]:
-        """Open a session on the least busy server that has room (waiting for one)."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: self._free() is not None)
-            endpoint = self._free()
-            assert endpoint is not None
-            endpoint.active += 1
+    async def session(self) -> AsyncIterator[PooledSession]:
+        """Hand out a session on the least busy server that has room, waiting for one.
+
+        An idle session of that server is reused when there is one, else a new one is opened
+        (it connects on its first request). On exit the session is parked for the next episode
+        when the block ended normally or with an agent or model error, and closed otherwise.
+        A ``CAPACITY_REACHED`` raised in the block lowers the server's learnt limit.
+
+        Raises:
+            RuntimeError: The pool is closed.
+        """
+        pooled = await self._acquire()
+        try:
+            yield pooled
+        except EnvCapacityError:
+            await self._at_capacity(pooled._endpoint)
+            await self._release(pooled, keep=False, served=False)
+            raise
+        except _SESSION_SOUND_AFTER:
+            await self._release(pooled, keep=True)
+            raise
+        except BaseException:
+            await self._release(pooled, keep=False)
+            raise
+        await self._release(pooled, keep=True)
+
+    async def _acquire(self) -> PooledSession:
+        dead: list[EnvClient] = []
+        try:
+            async with self._changed:
+                await self._changed.wait_for(lambda: self._closed or self._pick() is not None)
+                endpoint = self._pick()
+                if self._closed or endpoint is None:
+                    raise RuntimeError("the SessionPool is closed")
+                endpoint.in_use += 1
+                while endpoint.idle:
+                    client = endpoint.idle.pop()
+                    self._unschedule(client)
+                    if client.is_open:
+                        return PooledSession(client, endpoint.url, True, endpoint)
+                    dead.append(client)  # the server closed it while it was parked
+        finally:
+            for client in dead:
+                await client.close()
         session = open_session(
             endpoint.url,
             self.info.transport,
@@ -95,25 +195,54 @@ class SessionPool:
             timeout=self._timeout,
             max_frame_bytes=self._max_frame_bytes,
             headers=self._headers,
+            dialect=self.info.http_dialect or OPENENV_HTTP,
         )
-        refused = False
-        try:
-            yield session, endpoint
-        except EnvCapacityError:
-            refused = True
-            raise
-        finally:
-            try:
-                await session.close()
-            finally:
-                async with self._changed:
-                    endpoint.active -= 1
-                    if not refused:
-                        self._served(endpoint)
-                    self._changed.notify_all()
+        return PooledSession(session, endpoint.url, False, endpoint)
+
+    async def _release(self, pooled: PooledSession, *, keep: bool, served: bool = True) -> None:
+        endpoint, session = pooled._endpoint, pooled.session
+        park = (
+            keep
+            and self.reuse
+            and not self._closed
+            and isinstance(session, EnvClient)
+            and session.is_open
+            # a limit lowered while the session served (a refusal elsewhere) sheds it
+            and (endpoint.limit is None or endpoint.open <= endpoint.limit)
+        )
+        async with self._changed:
+            endpoint.in_use -= 1
+            if park:
+                assert isinstance(session, EnvClient)
+                endpoint.idle.append(session)
+                self._schedule(endpoint, session)
+            if served:
+                self._served(endpoint)
+            self._changed.notify_all()
+        if not park:
+            await asyncio.shield(session.close())
+
+    def _schedule(self, endpoint: _Endpoint, client: EnvClient) -> None:
+        loop = asyncio.get_running_loop()
+        self._expiry[id(client)] = loop.call_later(
+            self.idle_timeout, self._expire, endpoint, client
+        )
+
+    def _unschedule(self, client: EnvClient) -> None:
+        handle = self._expiry.pop(id(client), None)
+        if handle is not None:
+            handle.cancel()
+
+    def _expire(self, endpoint: _Endpoint, client: EnvClient) -> None:
+        self._expiry.pop(id(client), None)
+        if client in endpoint.idle:
+            endpoint.idle.remove(client)
+            task = asyncio.get_running_loop().create_task(client.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def _served(self, endpoint: _Endpoint) -> None:
-        """Count a served session; after enough at a learnt limit, allow one more."""
+        """Count a served episode; after enough at a learnt limit, allow one more session."""
         if not endpoint.learnt or endpoint.limit is None:
             return
         endpoint.served += 1
@@ -123,12 +252,30 @@ class SessionPool:
             endpoint.served = 0
             logger.info("%s: trying %d sessions again", endpoint.url, endpoint.limit)
 
-    async def at_capacity(self, endpoint: _Endpoint) -> None:
+    async def _at_capacity(self, endpoint: _Endpoint) -> None:
         """Lower a server's limit to the sessions it holds besides the refused one."""
         async with self._changed:
-            accepted = max(1, endpoint.active - 1)
+            accepted = max(1, endpoint.open - 1)
             if endpoint.limit is None or accepted < endpoint.limit:
                 logger.info("%s is at capacity: at most %d sessions", endpoint.url, accepted)
                 endpoint.limit = accepted
                 endpoint.learnt = True
                 endpoint.served = 0
+
+    @property
+    def idle_sessions(self) -> int:
+        """Open sessions parked for the next episode, over every server."""
+        return sum(len(e.idle) for e in self.endpoints)
+
+    async def aclose(self) -> None:
+        """Close every parked session; sessions in use close when their episode ends."""
+        async with self._changed:
+            self._closed = True
+            parked = [client for e in self.endpoints for client in e.idle]
+            for endpoint in self.endpoints:
+                endpoint.idle.clear()
+            for client in parked:
+                self._unschedule(client)
+            self._changed.notify_all()
+        closing = [client.close() for client in parked]
+        await asyncio.gather(*closing, *self._closing, return_exceptions=True)

@@ -33,7 +33,8 @@ import yaml
 
 from taskhub._comparability import comparability
 from taskhub._errors import ResultsError
-from taskhub._results import RunSummary, read_run, summarize
+from taskhub._results import SUMMARY_COLUMNS, RunSummary, read_manifest, summarize
+from taskhub._results_table import read_results_table
 from taskhub._schema import RunManifest
 from taskhub.hub._common import (
     PushResult,
@@ -171,16 +172,15 @@ def push_eval_results(
     """
     from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 
-    run = read_run(Path(run_dir))
+    manifest = read_manifest(Path(run_dir))
     check_repo_id(model_repo, ResultsError)
-    summary = summarize(
-        run.records, n_planned=run.manifest.n_planned, comparability=comparability(run.manifest)
-    )
+    table = read_results_table(Path(run_dir), columns=SUMMARY_COLUMNS)  # columns, not records
+    summary = summarize(table, n_planned=manifest.n_planned, comparability=comparability(manifest))
     resolved = require_token(token, "eval results push", ResultsError)
     api = HfApi(token=resolved)
     what = f"eval results push to {model_repo}"
     user = whoami(api, what, ResultsError)
-    entry = eval_result(run.manifest, summary, metric=metric, source_url=source_url, user=user)
+    entry = eval_result(manifest, summary, metric=metric, source_url=source_url, user=user)
     branch = branch or "main"
     with hub_errors(what, ResultsError):
         api.create_repo(model_repo, repo_type="model", exist_ok=True)
@@ -196,14 +196,14 @@ def push_eval_results(
                     model_repo, path, repo_type="model", revision=head, token=resolved
                 )
                 existing[path] = Path(local).read_text(encoding="utf-8")
-    path = results_path(run.manifest, existing)
+    path = results_path(manifest, existing)
     text = yaml.safe_dump([entry], sort_keys=False, allow_unicode=True, width=100)
     with hub_errors(what, ResultsError):
         try:
             info = api.create_commit(
                 model_repo,
                 [CommitOperationAdd(path, text.encode())],
-                commit_message=f"Add {run.manifest.taskset.name} evaluation result",
+                commit_message=f"Add {manifest.taskset.name} evaluation result",
                 repo_type="model",
                 revision=branch,
                 parent_commit=head,

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from taskhub._errors import ConfigError, ResultsError
-from taskhub._results import read_run
-from taskhub._schema import MEASURED_FIELDS
+from taskhub._results import read_manifest
+from taskhub._results_table import read_results_table
+from taskhub._schema import MEASURED_FIELDS, RunManifest
 from taskhub._taskset import data_files, load_taskset, read_card
 from taskhub.hub._common import PROFILE_HEADER, PushResult, render_readme, split_readme
 from taskhub.hub._tasksets import push_taskset
@@ -47,26 +48,42 @@ class ProfileResult:
     """The Hub commit, when the profile was pushed."""
 
 
-def _task_profiles(runs: Sequence[Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    tallies: dict[str, dict[str, _Tally]] = defaultdict(lambda: defaultdict(_Tally))
-    models: list[str] = []
-    for run in runs:
-        model = run.manifest.model.spec
-        if model not in models:
-            models.append(model)
-        for record in run.records:
-            if record.reward is None:  # infra and reward errors are nobody's score
-                continue
-            tally = tallies[record.task_id][model]
-            tally.episodes += 1
-            tally.reward_sum += record.reward
-            if record.success is not None:
-                tally.judged += 1
-                tally.successes += int(record.success)
+def _task_profiles(
+    runs: Sequence[tuple[RunManifest, Path]],
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Per task, per model: pass rate, mean reward and episodes, from the runs' columns."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    by_model: dict[str, list[pa.Table]] = {}
+    for manifest, run_dir in runs:
+        table = read_results_table(run_dir, columns=["task_id", "reward", "success"])
+        # infra and reward errors are nobody's score
+        by_model.setdefault(manifest.model.spec, []).append(
+            table.filter(table["reward"].is_valid())
+        )
+    tallies: dict[str, dict[str, _Tally]] = defaultdict(dict)
+    for model, tables in by_model.items():
+        table = pa.concat_tables(tables).combine_chunks()
+        if table.num_rows == 0:
+            continue
+        encoded = pc.dictionary_encode(table["task_id"]).chunk(0)
+        codes = encoded.indices.to_numpy()
+        tasks = len(encoded.dictionary)
+        judged = table["success"].is_valid().to_numpy(zero_copy_only=False)
+        success = pc.fill_null(table["success"], False).to_numpy(zero_copy_only=False)
+        # bincount adds in file order, as a running sum over the records would
+        sums = np.bincount(codes, weights=table["reward"].to_numpy(), minlength=tasks).tolist()
+        episodes = np.bincount(codes, minlength=tasks).tolist()
+        judges = np.bincount(codes, weights=judged, minlength=tasks).astype(int).tolist()
+        wins = np.bincount(codes, weights=judged & success, minlength=tasks).astype(int).tolist()
+        for i, task_id in enumerate(encoded.dictionary.to_pylist()):
+            tallies[task_id][model] = _Tally(episodes[i], judges[i], wins[i], sums[i])
     profiles: dict[str, dict[str, Any]] = {}
-    for task_id, by_model in tallies.items():
-        pass_rate = {m: t.successes / t.judged for m, t in sorted(by_model.items()) if t.judged}
-        mean_reward = {m: t.reward_sum / t.episodes for m, t in sorted(by_model.items())}
+    for task_id, models in tallies.items():
+        pass_rate = {m: t.successes / t.judged for m, t in sorted(models.items()) if t.judged}
+        mean_reward = {m: t.reward_sum / t.episodes for m, t in sorted(models.items())}
         overall = round(sum(pass_rate.values()) / len(pass_rate), 6) if pass_rate else None
         profiles[task_id] = {
             "pass_rate": overall,
@@ -74,10 +91,10 @@ def _task_profiles(runs: Sequence[Any]) -> tuple[dict[str, dict[str, Any]], list
             "profile": {
                 "pass_rate": pass_rate,
                 "mean_reward": mean_reward,
-                "episodes": {m: t.episodes for m, t in sorted(by_model.items())},
+                "episodes": {m: t.episodes for m, t in sorted(models.items())},
             },
         }
-    return profiles, models
+    return profiles, list(dict.fromkeys(manifest.model.spec for manifest, _ in runs))
 
 
 def _with_profile(row: dict[str, Any], profiles: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
@@ -170,14 +187,16 @@ def profile_taskset(
     """
     if not run_dirs:
         raise ResultsError("taskset profile needs at least one run directory")
-    runs = [read_run(Path(d)) for d in run_dirs]
-    refs = {run.manifest.taskset.fingerprint: run for run in runs}
+    # manifests and a few columns: the runs' records are never all held at once
+    runs = [(read_manifest(Path(d)), Path(d)) for d in run_dirs]
+    refs = {manifest.taskset.fingerprint: (manifest, path) for manifest, path in runs}
     if len(refs) > 1:
         listing = ", ".join(
-            f"{run.path} ({run.manifest.taskset.source}, {fp[:12]})" for fp, run in refs.items()
+            f"{path} ({manifest.taskset.source}, {fp[:12]})"
+            for fp, (manifest, path) in refs.items()
         )
         raise ResultsError(f"the runs are on different tasksets or revisions: {listing}")
-    ref = runs[0].manifest.taskset
+    ref = runs[0][0].taskset
     if ref.kind == "hub" and ref.repo_id and ref.commit_sha:
         taskset = load_taskset(ref.repo_id, revision=ref.commit_sha, token=token)
     else:
@@ -219,7 +238,7 @@ def profile_taskset(
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "taskset_commit": ref.commit_sha,
             "models": models,
-            "runs": [run.manifest.run_id for run in runs],
+            "runs": [manifest.run_id for manifest, _ in runs],
             "profiled_tasks": len(profiles),
         }
         readme.write_text(render_readme(full_header, body), encoding="utf-8")

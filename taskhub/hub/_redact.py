@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
+import functools
+import json
 import logging
 import math
 import re
@@ -24,6 +27,8 @@ logger = logging.getLogger(__name__)
 REDACTED = "[REDACTED]"
 #: Shortest secret value accepted for exact-value redaction (shorter ones match too much text).
 MIN_SECRET_LENGTH = 8
+#: Shortest text given to the detectors (nothing shorter holds a secret they recognize).
+MIN_DETECTED_LENGTH = 8
 #: Unbroken runs of base64/hex characters at least this long are opaque blobs to inspect.
 OPAQUE_BLOB_LENGTH = 200
 _SECRET_KEY = re.compile(
@@ -33,31 +38,68 @@ _SECRET_KEY = re.compile(
     re.IGNORECASE,
 )
 _NOT_REDACTED = r"(?!\[REDACTED\])"
-#: (kind, pattern, replacement) of the secret shapes looked for in every string.
+#: Names that say what follows them is a secret (``api_key``, ``x-api-key``, ``db_password``...).
+_SECRET_WORD = (
+    r"[\w-]*(?:api[_ -]?key|apikey|access[_-]?key|account[_-]?key|secret[_-]?key|"
+    r"private[_-]?key|token|secret|"
+    r"password|passwd|passphrase|pwd|credentials?|auth[_-]?key|client[_-]?secret)"
+)
+#: (kind, pattern, replacement) of the secret shapes looked for in every string. A pattern
+#: whose replacement is "" keeps its first two groups (the label) and replaces the rest.
 _PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
         "private_key",
-        re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
+        # the END line may be missing (a key cut off, or pasted without it)
+        re.compile(
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?:(?!-----END)[\s\S])*"
+            r"(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----)?"
+        ),
         REDACTED,
     ),
     ("bearer", re.compile(r"(?i)\b(bearer|basic)(\s+)" + _NOT_REDACTED + r"[\w.~+/=-]{8,}"), ""),
+    (
+        "slack_webhook",
+        re.compile(r"https://hooks\.slack\.com/(?:services|workflows)/[\w/-]+"),
+        REDACTED,
+    ),
+    (
+        "discord_webhook",
+        re.compile(r"https://(?:\w+\.)?discord(?:app)?\.com/api/webhooks/\d+/[\w-]+"),
+        REDACTED,
+    ),
+    ("stripe_key", re.compile(r"\b[rsp]k_(?:live|test)_[0-9A-Za-z]{10,}"), REDACTED),
+    ("gitlab_token", re.compile(r"\bgl(?:pat|dt|rt|ptt|cbt|imt|oas|soat|ft)-[\w-]{16,}"), REDACTED),
     ("openai_key", re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),
     ("hf_token", re.compile(r"\bhf_[A-Za-z0-9]{16,}"), REDACTED),
     ("github_token", re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,})"), REDACTED),
-    ("aws_key", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
+    ("aws_key", re.compile(r"\b(AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"), REDACTED),
     ("google_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), REDACTED),
-    ("slack_token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),
+    ("google_oauth", re.compile(r"\bya29\.[\w-]{20,}"), REDACTED),
+    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), REDACTED),
+    ("npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{30,}"), REDACTED),
+    ("pypi_token", re.compile(r"\bpypi-[\w-]{40,}"), REDACTED),
+    ("sendgrid_key", re.compile(r"\bSG\.[\w-]{16,}\.[\w-]{16,}"), REDACTED),
+    ("twilio_key", re.compile(r"\bSK[0-9a-fA-F]{32}\b"), REDACTED),
     ("jwt", re.compile(r"\beyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,}"), REDACTED),
     ("url_credentials", re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"), REDACTED),
     (
         "assignment",
         re.compile(
-            r"(?i)\b([\w-]*(?:api[_-]?key|apikey|token|secret|password|passwd))\b"
-            r"(\s*[:=]\s*['\"]?)" + _NOT_REDACTED + r"([^\s'\",;&]{6,})"
+            r"(?i)\b(" + _SECRET_WORD + r")\b"
+            r"([\"']?\s*(?:[:=]|=>|\bis\b)\s*[\"']?)" + _NOT_REDACTED + r"([^\s'\",;&]{6,})"
         ),
         "",
     ),
 )
+#: Escapes a secret may hide behind: JSON/Python escapes, percent-encoding, HTML entities.
+_ESCAPE = re.compile(
+    r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})|\\([\\/\"'])|%([0-9a-fA-F]{2})|&#x([0-9a-fA-F]+);"
+    r"|&#(\d+);"
+)
+#: A line break inside a token (a key split over two lines), literal or escaped.
+_BREAK = re.compile(r"(?:\\r)?\\n|\r?\n")
+#: Runs of base64/hex characters long enough to hide a key once decoded.
+_BLOB = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
 _OPAQUE = re.compile(r"[A-Za-z0-9+/_-]{" + str(OPAQUE_BLOB_LENGTH) + r",}={0,2}")
 
 
@@ -76,6 +118,12 @@ class RedactionReport:
 
 class Redactor:
     """Replaces secrets in JSON-like data, and refuses data it cannot inspect.
+
+    Each string is searched, as written and as decoded (JSON and percent escapes, HTML
+    entities, line breaks inside a token, base64 and hex runs), for taskhub's secret shapes,
+    for what detect-secrets' detectors find, and for the exact values it was given or has
+    learnt (``learn``): a value once seen under a secret-named key is replaced wherever else it
+    appears.
 
     Args:
         secrets: Exact secret values by name (for example the values of environment variables
@@ -98,19 +146,74 @@ class Redactor:
                     f"to redact reliably (at least {MIN_SECRET_LENGTH}); unset it or leave it "
                     "out. Nothing was pushed."
                 )
-            forms = {
-                value,
-                urllib.parse.quote(value, safe=""),
-                urllib.parse.quote_plus(value),
-                base64.b64encode(value.encode()).decode().rstrip("="),
-                base64.urlsafe_b64encode(value.encode()).decode().rstrip("="),
-            }
-            self._needles += [(name, form) for form in forms if len(form) >= MIN_SECRET_LENGTH]
-        # longest first, so a value is replaced before a shorter one inside it
-        self._needles.sort(key=lambda item: -len(item[1]))
+            self._add_needle(name, value)
+        self._detectors = _detectors()
+        #: What the detectors found in each text seen (prompts repeat across episodes).
+        self._cache: dict[str, list[str]] = {}
         self.report = RedactionReport()
 
-    def _text(self, text: str, where: str) -> str:
+    def _add_needle(self, name: str, value: str) -> None:
+        forms = {
+            value,
+            urllib.parse.quote(value, safe=""),
+            urllib.parse.quote_plus(value),
+            base64.b64encode(value.encode()).decode().rstrip("="),
+            base64.urlsafe_b64encode(value.encode()).decode().rstrip("="),
+            value.encode().hex(),
+            json.dumps(value)[1:-1],
+            json.dumps(value, ensure_ascii=True)[1:-1],
+        }
+        known = {needle for _, needle in self._needles}
+        self._needles += [
+            (name, form) for form in forms if len(form) >= MIN_SECRET_LENGTH and form not in known
+        ]
+        # longest first, so a value is replaced before a shorter one inside it
+        self._needles.sort(key=lambda item: -len(item[1]))
+
+    def learn(self, value: Any) -> None:
+        """Find the secret values of ``value`` (JSON data), to redact them wherever they appear.
+
+        Values under secret-named keys and what the detectors find are learnt.
+        """
+        if isinstance(value, str):
+            for found in self._detect(value):
+                # (the private-key detector reports the BEGIN line, which the shape covers)
+                if (
+                    len(found) >= MIN_SECRET_LENGTH
+                    and found != REDACTED
+                    and "PRIVATE KEY" not in found
+                ):
+                    self._add_needle("detected", found)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                self.learn(item)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and _SECRET_KEY.match(key):
+                    text = item if isinstance(item, str) else json.dumps(item, default=str)
+                    if item not in (None, "", REDACTED) and len(text) >= MIN_SECRET_LENGTH:
+                        self._add_needle(f"field {key}", text)
+                self.learn(item)
+
+    def _detect(self, text: str) -> list[str]:
+        """The secret values the detectors find in ``text`` (as written and decoded)."""
+        return [value for view in _views(text) for value in self._detect_plain(view.text)]
+
+    def _text(self, text: str, where: str, depth: int = 0) -> str:
+        out = self._replace(text, where)
+        for view in _views(out):
+            if view.text == out:
+                continue
+            spans = self._spans(view.text)
+            if spans:
+                self.report.counts["encoded"] += len(spans)
+                self.report.fields.add(where)
+                out = _replace_spans(out, sorted({view.original(a, b) for a, b in spans}))
+        if depth == 0:
+            out = self._blobs(out, where)
+        return out
+
+    def _replace(self, text: str, where: str) -> str:
         out = text
         for name, needle in self._needles:
             if needle in out:
@@ -127,29 +230,81 @@ class Redactor:
                 return match.group(1) + match.group(2) + REDACTED
 
             out = pattern.sub(substitute, out)
-        self._check_opaque(out, where)
+        for value in self._detect_plain(out):
+            if value in out and value != REDACTED and len(value) >= 4:
+                self.report.counts["detect_secrets"] += 1
+                self.report.fields.add(where)
+                out = out.replace(value, REDACTED)
         return out
 
-    def _check_opaque(self, text: str, where: str) -> None:
-        for match in _OPAQUE.finditer(text):
+    def _detect_plain(self, text: str) -> list[str]:
+        if len(text) < MIN_DETECTED_LENGTH:
+            return []
+        cache = self._cache
+        cached = cache.get(text)
+        if cached is not None:
+            return cached
+        found = []
+        for detector in self._detectors:
+            try:
+                found += [v for v in detector.analyze_string(text) if v]
+            except Exception:  # noqa: BLE001  (a detector bug must not leak: keep going)
+                logger.debug("detector %s failed", type(detector).__name__)
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[text] = found
+        return found
+
+    def _spans(self, text: str) -> list[tuple[int, int]]:
+        """Where in ``text`` a secret is (needles, shapes, detectors), as (start, end)."""
+        spans = []
+        for _, needle in self._needles:
+            start = text.find(needle)
+            while start >= 0:
+                spans.append((start, start + len(needle)))
+                start = text.find(needle, start + 1)
+        for _, pattern, replacement in _PATTERNS:
+            for match in pattern.finditer(text):
+                if match.group(0).endswith(REDACTED):
+                    continue
+                spans.append(match.span(3) if not replacement else match.span())
+        for value in self._detect_plain(text):
+            start = text.find(value)
+            if start >= 0 and value != REDACTED:
+                spans.append((start, start + len(value)))
+        return spans
+
+    def _blobs(self, text: str, where: str) -> str:
+        """Decode base64 and hex runs; one that hides a secret is replaced (or refused)."""
+        out = text
+        for match in list(_BLOB.finditer(text)):
             blob = match.group(0)
-            if not _looks_encoded(blob):
+            if not _looks_encoded(blob, len(blob) >= OPAQUE_BLOB_LENGTH):
                 continue
             decoded = _decode_blob(blob)
             if decoded is None:
-                raise ResultsError(
-                    f"{where}: holds an opaque blob of {len(blob)} characters that cannot be "
-                    "inspected for secrets (not text once decoded); redaction cannot be "
-                    "guaranteed, so nothing was pushed. Remove the blob from the run first."
-                )
+                if len(blob) >= OPAQUE_BLOB_LENGTH:
+                    raise ResultsError(
+                        f"{where}: holds an opaque blob of {len(blob)} characters that cannot "
+                        "be inspected for secrets (not text once decoded); redaction cannot be "
+                        "guaranteed, so nothing was pushed. Remove the blob from the run first."
+                    )
+                continue
             probe = Redactor.__new__(Redactor)
-            probe._needles, probe.report = self._needles, RedactionReport()
-            probe._text(decoded, where)
-            if probe.report.total:
+            probe._needles, probe._detectors = self._needles, self._detectors
+            probe._cache, probe.report = self._cache, RedactionReport()
+            probe._text(decoded, where, depth=1)
+            if not probe.report.total:
+                continue
+            if len(blob) >= OPAQUE_BLOB_LENGTH:
                 raise ResultsError(
-                    f"{where}: a secret is hidden inside an encoded blob ({len(blob)} characters) "
-                    "and cannot be redacted in place; nothing was pushed."
+                    f"{where}: a secret is hidden inside an encoded blob ({len(blob)} "
+                    "characters) and cannot be redacted in place; nothing was pushed."
                 )
+            self.report.counts["encoded"] += 1
+            self.report.fields.add(where)
+            out = out.replace(blob, REDACTED)
+        return out
 
     def redact(self, value: Any, where: str = "$") -> Any:
         """Return ``value`` (JSON data: dicts, lists, strings, numbers) with secrets replaced.
@@ -187,18 +342,145 @@ class Redactor:
 
     def find(self, text: str) -> list[str]:
         """Return the kinds of secrets still present in ``text`` (a last check before upload)."""
-        found = [f"secret:{name}" for name, needle in self._needles if needle in text]
-        found += [kind for kind, pattern, _ in _PATTERNS if pattern.search(text)]
+        found: list[str] = []
+        for view in _views(text):
+            found += [f"secret:{name}" for name, needle in self._needles if needle in view.text]
+            found += [
+                kind
+                for kind, pattern, _ in _PATTERNS
+                if any(not m.group(0).endswith(REDACTED) for m in pattern.finditer(view.text))
+            ]
+        # (the detectors already read every string one by one; over a whole serialized record
+        # they cost more than all the rest of redaction)
         return found
 
 
-def _looks_encoded(blob: str) -> bool:
-    """Whether a long unbroken run of characters looks like encoded data (base64 or hex).
+@dataclass(frozen=True)
+class _View:
+    """A decoded reading of a text, with the way back to the text's own positions."""
+
+    text: str
+    #: (view start, original start, original end, decoded length) of every piece.
+    pieces: tuple[tuple[int, int, int, int], ...] = ()
+
+    def original(self, start: int, end: int) -> tuple[int, int]:
+        """The span of the original text that view[start:end] was decoded from."""
+        if not self.pieces:
+            return start, end
+        starts = [p[0] for p in self.pieces]
+
+        def locate(index: int, at_end: bool) -> int:
+            i = max(0, bisect.bisect_right(starts, index) - 1)
+            view_start, orig_start, orig_end, length = self.pieces[i]
+            if orig_end - orig_start == length:  # a literal piece: one to one
+                return orig_start + (index - view_start)
+            return orig_end if at_end else orig_start
+
+        return locate(start, False), locate(end - 1, True) if end > start else locate(start, False)
+
+
+def _decode(text: str, pattern: re.Pattern[str], decode: Any) -> _View | None:
+    """Decode every match of ``pattern`` in ``text`` (``decode(match)`` gives its text)."""
+    pieces: list[tuple[int, int, int, int]] = []
+    parts: list[str] = []
+    position = view_length = 0
+    for match in pattern.finditer(text):
+        if match.start() > position:
+            literal = text[position : match.start()]
+            pieces.append((view_length, position, match.start(), len(literal)))
+            parts.append(literal)
+            view_length += len(literal)
+        decoded = decode(match)
+        pieces.append((view_length, match.start(), match.end(), len(decoded)))
+        parts.append(decoded)
+        view_length += len(decoded)
+        position = match.end()
+    if not pieces:
+        return None
+    if position < len(text):
+        pieces.append((view_length, position, len(text), len(text) - position))
+        parts.append(text[position:])
+    return _View("".join(parts), tuple(pieces))
+
+
+def _unescape(match: re.Match[str]) -> str:
+    unicode, byte, char, percent, hex_entity, entity = match.groups()
+    try:
+        if unicode or byte or percent or hex_entity:
+            return chr(int(unicode or byte or percent or hex_entity, 16))
+        if entity:
+            return chr(int(entity))
+    except (ValueError, OverflowError):
+        return match.group(0)
+    return char or match.group(0)
+
+
+def _views(text: str) -> list[_View]:
+    """The text as written, unescaped, and with line breaks inside tokens removed."""
+    views = [_View(text)]
+    unescaped = _decode(text, _ESCAPE, _unescape)
+    if unescaped is not None:
+        views.append(unescaped)
+    if "\n" in text or "\\n" in text:  # a real line break, or an escaped one
+        joined = _decode(text, _BREAK, lambda match: "")
+        if joined is not None:
+            views.append(joined)
+    return views
+
+
+def _replace_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    out, position = [], 0
+    for start, end in spans:
+        if start < position:
+            start = position
+        if end <= start:
+            continue
+        out += [text[position:start], REDACTED]
+        position = end
+    out.append(text[position:])
+    return "".join(out)
+
+
+_DETECTORS = (
+    "ArtifactoryDetector", "AWSKeyDetector", "AzureStorageKeyDetector", "BasicAuthDetector",
+    "CloudantDetector", "DiscordBotTokenDetector", "GitHubTokenDetector", "GitLabTokenDetector",
+    "IbmCloudIamDetector", "IbmCosHmacDetector", "JwtTokenDetector", "KeywordDetector",
+    "MailchimpDetector", "NpmDetector", "OpenAIDetector", "PrivateKeyDetector",
+    "PypiTokenDetector", "SendGridDetector", "SlackDetector", "SoftlayerDetector",
+    "SquareOAuthDetector", "StripeDetector", "TelegramBotTokenDetector", "TwilioKeyDetector",
+)  # fmt: skip
+
+
+@functools.cache
+def _detector_classes() -> tuple[type[Any], ...]:
+    """detect-secrets' detectors of secret shapes.
+
+    Its entropy and IP detectors are left out: commit shas, content hashes and addresses are
+    not secrets.
+    """
+    try:
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    except ImportError as exc:  # fail closed: no push without the detectors
+        raise ResultsError(
+            f"redaction needs detect-secrets ({exc}): pip install 'detect-secrets>=1.5'. "
+            "Nothing was pushed."
+        ) from None
+    mapping: dict[str, type[Any]] = dict(get_mapping_from_secret_type_to_class())
+    classes = {cls.__name__: cls for cls in mapping.values()}
+    return tuple(classes[name] for name in _DETECTORS if name in classes)
+
+
+def _detectors() -> list[Any]:
+    return [cls() for cls in _detector_classes()]
+
+
+def _looks_encoded(blob: str, long: bool = True) -> bool:
+    """Whether an unbroken run of characters looks like encoded data (base64 or hex).
 
     Long runs of one repeated character or of digits (a model's degenerate output, a big
     number) are text, not an encoding that could hide a secret.
     """
-    if len(set(blob)) < 16:
+    if len(set(blob)) < (16 if long else 8):
         return False
     has_digit = any(c.isdigit() for c in blob)
     if re.fullmatch(r"[0-9a-fA-F]+", blob):
@@ -252,16 +534,19 @@ def redact_run(
         ResultsError: Redaction cannot be guaranteed for some field (it is named).
     """
     redactor = Redactor(secrets)
+    manifest_data = manifest.model_dump(mode="json")
+    record_data = [record.model_dump(mode="json") for record in records]
+    # Pass 1: a secret seen once (under a secret-named key, or found by a detector) is
+    # redacted everywhere it appears again, the rendered prompt included.
+    redactor.learn(manifest_data)
+    for data in record_data:
+        redactor.learn(data)
     try:
-        clean_manifest = RunManifest.model_validate(
-            redactor.redact(manifest.model_dump(mode="json"), "run.json")
-        )
+        clean_manifest = RunManifest.model_validate(redactor.redact(manifest_data, "run.json"))
         clean_records = []
-        for index, record in enumerate(records):
+        for index, (record, data) in enumerate(zip(records, record_data, strict=True)):
             where = f"episode {index} ({record.task_id}#{record.sample})"
-            clean_records.append(
-                EpisodeRecord.model_validate(redactor.redact(record.model_dump(mode="json"), where))
-            )
+            clean_records.append(EpisodeRecord.model_validate(redactor.redact(data, where)))
     except ValidationError as exc:
         raise ResultsError(
             f"a redacted value no longer fits the record schema ({exc.errors()[0]['loc']}); "

@@ -182,8 +182,10 @@ def push_results(
 
     run = read_run(Path(run_dir))
     run_id = run.manifest.run_id
-    if not _RUN_ID.match(run_id):
-        raise ResultsError(f"run id {run_id!r} cannot be a folder name on the Hub")
+    if not _RUN_ID.match(run_id) or run_id in (".", ".."):
+        raise ResultsError(
+            f"run id {run_id!r} cannot be a folder name on the Hub; nothing was pushed"
+        )
     check_repo_id(repo_id, ResultsError)
     resolved = require_token(token, "results push", ResultsError)
     all_secrets = dict(secrets or {})

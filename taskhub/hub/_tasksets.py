@@ -18,15 +18,16 @@ from taskhub._errors import ConfigError, TasksetError
 from taskhub._schema import Task, TasksetCard, TasksetRef
 from taskhub._taskset import (
     DATA_SUFFIXES,
+    Row,
     Taskset,
-    _check_unique_ids,
-    _read_files,
-    _Row,
-    _validate_rows,
+    check_unique_ids,
     load_taskset,
     read_card,
+    read_rows,
+    validate_rows,
 )
 from taskhub._templates import Templates
+from taskhub._trust import RemoteCode, find_remote_code
 from taskhub.hub._common import (
     PROFILE_HEADER,
     PushResult,
@@ -89,12 +90,12 @@ def _generated_rows(
                 f"rows; split {name!r} is a {type(rows).__name__}"
             )
 
-        def as_rows(items: Iterable[Any], split_name: str = str(name)) -> Iterator[_Row]:
+        def as_rows(items: Iterable[Any], split_name: str = str(name)) -> Iterator[Row]:
             for index, item in enumerate(items):
                 data = item.to_row() if isinstance(item, Task) else item
-                yield _Row(f"{where} {split_name} item {index}", data)
+                yield Row(f"{where} {split_name} item {index}", data)
 
-        splits[str(name)] = _validate_rows(str(name), as_rows(rows))
+        splits[str(name)] = validate_rows(str(name), as_rows(rows))
     return splits
 
 
@@ -112,8 +113,13 @@ def _card_header(card: TasksetCard, split_files: Mapping[str, str]) -> dict[str,
     }
 
 
-def check_taskset(taskset: Taskset) -> None:
+def check_taskset(taskset: Taskset) -> list[RemoteCode]:
     """Check what loading does not: the card's templates compile and every reward spec resolves.
+
+    Nothing of the taskset's own code is imported (a reward plugin is looked up, not built).
+
+    Returns:
+        The specs of the card and rows that would run code (they need ``--trust-remote-code``).
 
     Raises:
         ConfigError: A template does not compile or a reward spec does not parse.
@@ -129,6 +135,7 @@ def check_taskset(taskset: Taskset) -> None:
             specs.update(task.rewards or [])
     for spec in sorted(specs):
         registry.lookup("reward", RewardSpec.parse(spec).name)
+    return find_remote_code(taskset)
 
 
 def init_taskset(
@@ -181,7 +188,7 @@ def init_taskset(
         text = str(source)
         path = Path(text).expanduser()
         if path.is_file() and path.suffix in DATA_SUFFIXES:
-            splits = {split: _validate_rows(split, _read_files([path]))}
+            splits = {split: validate_rows(split, read_rows([path]))}
         elif ":" in text and not path.exists():
             splits = _generated_rows(_import_generator(text), split, text)
         else:
@@ -191,7 +198,7 @@ def init_taskset(
             )
     if not splits or not any(splits.values()):
         raise ConfigError(f"taskset source {source!r} produced no rows")
-    _check_unique_ids(splits)
+    check_unique_ids(splits)
     card = (card or TasksetCard()).model_copy(update={"env": env})
     probe = Taskset(
         TasksetRef(source="init", kind="local", name=card.name or target.name, fingerprint=""),
@@ -390,6 +397,9 @@ class TasksetInfo(BaseModel):
     """Each split's size and columns."""
     profile: dict[str, Any] | None = None
     """The ``taskhub_profile`` header of a profiled taskset (runs and models used)."""
+    remote_code: list[str] = []
+    """Specs of the card and rows that would run code (``card rewards: 'python:m:f' (imports
+    module 'm')``): evaluating them needs ``--trust-remote-code``."""
 
 
 def describe_taskset(
@@ -432,4 +442,5 @@ def describe_taskset(
         max_steps=taskset.card.max_steps,
         splits=splits,
         profile=profile if isinstance(profile, dict) else None,
+        remote_code=[str(item) for item in find_remote_code(taskset)],
     )

@@ -44,7 +44,13 @@ class Generation:
 
     text: str
     usage: Usage = field(default_factory=Usage)
+    #: ``stop``, ``length``...; ``cut`` when taskhub cut an oversize reply (see ``cut_reply``).
     finish_reason: str | None = None
+
+
+def cut_reply(text: str, limit: int) -> str:
+    """Cut ``text`` at ``limit`` characters and mark where (a reply must not flood the run)."""
+    return text[:limit] + f"\n[reply cut by taskhub at {limit} of {len(text)} characters]"
 
 
 @dataclass(frozen=True)
@@ -56,12 +62,16 @@ class ModelOptions:
         api_key: Credential of remote backends (never recorded).
         timeout_s: Hard deadline of one ``generate`` call, retries included.
         max_retries: Retries of transient failures (429, 5xx, timeouts).
+        max_reply_chars: Longest reply text kept: a longer one is cut (and marked) there.
+        max_response_bytes: Largest HTTP body read from a remote endpoint.
     """
 
     base_url: str | None = None
     api_key: str | None = None
     timeout_s: float = 120.0
     max_retries: int = 4
+    max_reply_chars: int = 1 << 20
+    max_response_bytes: int = 32 << 20
 
 
 class ModelBackend(Protocol):

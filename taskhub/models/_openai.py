@@ -6,16 +6,20 @@ import asyncio
 import email.utils
 import json
 import logging
+import math
 import random
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from taskhub._errors import ConfigError, ModelAuthError, ModelError
+from taskhub._limits import loads_bounded
 from taskhub._registry import model_backend
 from taskhub._schema import JsonObject, Usage
-from taskhub.models._base import GenerateRequest, Generation, ModelOptions
+from taskhub._urls import redact_url, redact_urls_in
+from taskhub.models._base import GenerateRequest, Generation, ModelOptions, cut_reply
 
 logger = logging.getLogger(__name__)
 
@@ -24,15 +28,38 @@ _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
+def _retry_after(headers: httpx.Headers) -> float | None:
+    value = headers.get("retry-after")
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value)
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+        try:
+            parsed = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):  # "soon": not a delay, use the backoff
+            return None
+        seconds = parsed.timestamp() - time.time() if parsed else 0.0
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _endpoint(base_url: str) -> str:
+    """``{base_url}/chat/completions``, a query of the base URL kept after the path."""
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/") + "/chat/completions"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def _token_count(usage: Any, key: str, shown: str) -> int:
+    """A token count of ``usage`` (0 when absent); a malformed one is a ``ModelError``."""
+    if usage is None:
+        return 0
+    value = usage.get(key) if isinstance(usage, dict) else "(usage is not an object)"
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 2**53:
+        raise ModelError(f"{shown} answered usage.{key} = {value!r:.100}: not a token count")
+    return int(value)
 
 
 class OpenAIChat:
@@ -51,8 +78,12 @@ class OpenAIChat:
             )
         self.model = model
         self.base_url = options.base_url.rstrip("/")
+        #: The endpoint as it may be stored and printed: credentials removed.
+        self.display_url = redact_url(self.base_url)
         self.timeout_s = options.timeout_s
         self.max_retries = options.max_retries
+        self.max_reply_chars = options.max_reply_chars
+        self.max_response_bytes = options.max_response_bytes
         headers = {"Content-Type": "application/json"}
         if options.api_key:
             headers["Authorization"] = f"Bearer {options.api_key}"
@@ -60,7 +91,7 @@ class OpenAIChat:
             headers=headers,
             timeout=httpx.Timeout(options.timeout_s, connect=min(10.0, options.timeout_s)),
         )
-        self.details: JsonObject = {"endpoint": self.base_url}
+        self.details: JsonObject = {"endpoint": self.display_url}
 
     def _body(self, request: GenerateRequest) -> dict[str, Any]:
         params = request.params
@@ -81,7 +112,8 @@ class OpenAIChat:
 
     async def generate(self, request: GenerateRequest) -> Generation:
         """Call the endpoint, retrying transient failures until the deadline."""
-        url = f"{self.base_url}/chat/completions"
+        url = _endpoint(self.base_url)
+        shown = _endpoint(self.display_url)
         body = self._body(request)
         deadline = time.monotonic() + self.timeout_s
         attempt = 0
@@ -93,19 +125,19 @@ class OpenAIChat:
                 if remaining <= 0:
                     raise TimeoutError
                 async with asyncio.timeout(remaining):
-                    response = await self._http.post(url, json=body)
-                problem = self._problem(response)
+                    status, headers, content = await self._post(url, shown, body)
+                problem = self._problem(status, headers, content, shown)
                 if problem is None:
-                    return self._parse(response)
+                    return self._parse(content, shown)
                 error, wait = problem
             except ModelError as exc:  # a malformed answer: retried like a 5xx
                 error = exc
             except (TimeoutError, httpx.TimeoutException):
-                error = ModelError(f"{url}: no answer within the {self.timeout_s:g}s deadline")
+                error = ModelError(f"{shown}: no answer within the {self.timeout_s:g}s deadline")
                 if time.monotonic() >= deadline:
                     raise error from None
             except httpx.HTTPError as exc:
-                error = ModelError(f"{url}: {type(exc).__name__}: {exc}")
+                error = ModelError(f"{shown}: {type(exc).__name__}: {redact_urls_in(str(exc))}")
             if not error.retryable or attempt > self.max_retries:
                 raise error
             delay = wait if wait is not None else min(MAX_BACKOFF_S, 0.5 * 2 ** (attempt - 1))
@@ -115,47 +147,70 @@ class OpenAIChat:
             logger.info("model call failed (%s); retry %d in %.1fs", error, attempt, delay)
             await asyncio.sleep(delay)
 
-    def _problem(self, response: httpx.Response) -> tuple[ModelError, float | None] | None:
-        status = response.status_code
+    async def _post(
+        self, url: str, shown: str, body: dict[str, Any]
+    ) -> tuple[int, httpx.Headers, bytes]:
+        """POST ``body``; read at most ``max_response_bytes`` of the answer."""
+        async with self._http.stream("POST", url, json=body) as response:
+            chunks, size = [], 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    raise ModelError(
+                        f"{shown} answered more than {self.max_response_bytes} bytes: not a "
+                        "chat completion this run can use"
+                    )
+                chunks.append(chunk)
+        return response.status_code, response.headers, b"".join(chunks)
+
+    def _problem(
+        self, status: int, headers: httpx.Headers, content: bytes, shown: str
+    ) -> tuple[ModelError, float | None] | None:
         if status < 400:
             return None
-        text = response.text[:300]
+        text = redact_urls_in(content[:300].decode("utf-8", "replace"))
         if status in (401, 403):
             return ModelAuthError(
-                f"{response.request.url} answered HTTP {status}: the API key is missing or "
+                f"{shown} answered HTTP {status}: the API key is missing or "
                 f"wrong (set OPENAI_API_KEY). Server said: {text}"
             ), None
-        error = ModelError(f"{response.request.url} answered HTTP {status}: {text}")
+        error = ModelError(f"{shown} answered HTTP {status}: {text}")
         error.retryable = status in _RETRY_STATUS
-        return error, _retry_after(response)
+        return error, _retry_after(headers)
 
-    def _parse(self, response: httpx.Response) -> Generation:
+    def _parse(self, content: bytes, shown: str) -> Generation:
+        """Read a chat completion; anything malformed is a (retried) ``ModelError``."""
         try:
-            payload = response.json()
-        except json.JSONDecodeError:
-            error = ModelError(
-                f"{response.request.url} answered with invalid JSON: {response.text[:200]!r}"
-            )
-            raise error from None
+            payload = loads_bounded(content)
+        except ValueError as exc:
+            raise ModelError(
+                f"{shown} answered with invalid JSON ({exc}): {content[:200]!r}"
+            ) from None
         choices = payload.get("choices") if isinstance(payload, dict) else None
         if not isinstance(choices, list) or not choices:
+            raise ModelError(f"{shown} answered with no choices: {json.dumps(payload)[:200]}")
+        choice = choices[0]
+        if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
             raise ModelError(
-                f"{response.request.url} answered with no choices: {json.dumps(payload)[:200]}"
+                f"{shown} answered choices[0] = {json.dumps(choice)[:200]}: not a choice with "
+                "a message object"
             )
-        choice = choices[0] if isinstance(choices[0], dict) else {}
-        message = choice.get("message") or {}
-        content = message.get("content") if isinstance(message, dict) else None
-        if content is not None and not isinstance(content, str):
-            raise ModelError(f"choices[0].message.content is not text: {content!r:.200}")
-        usage = payload.get("usage") or {}
+        text = choice["message"].get("content")
+        if text is not None and not isinstance(text, str):
+            raise ModelError(f"{shown}: choices[0].message.content is not text: {text!r:.200}")
+        text = text or ""
+        finish = choice.get("finish_reason")
+        if len(text) > self.max_reply_chars:
+            logger.warning("%s: reply of %d characters cut", shown, len(text))
+            text, finish = cut_reply(text, self.max_reply_chars), "cut"
         return Generation(
-            text=content or "",
+            text=text,
             usage=Usage(
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
+                prompt_tokens=_token_count(payload.get("usage"), "prompt_tokens", shown),
+                completion_tokens=_token_count(payload.get("usage"), "completion_tokens", shown),
                 calls=1,
             ),
-            finish_reason=choice.get("finish_reason"),
+            finish_reason=finish if isinstance(finish, str) else None,
         )
 
     async def aclose(self) -> None:

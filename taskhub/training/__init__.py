@@ -16,7 +16,7 @@ Nothing here imports ``datasets``, ``torch``, ``trl`` or ``art`` until it is use
 
 from __future__ import annotations
 
-from taskhub._runner import EpisodePlan
+from taskhub._episode import EpisodePlan
 from taskhub.training._art import art_trajectory, art_trajectory_dicts, art_trajectory_groups
 from taskhub.training._env import ReplayModel, TrainingEnv
 from taskhub.training._trl import (

@@ -23,14 +23,9 @@ from typing import Any, TypeVar
 import httpx
 
 from taskhub._agent import EpisodeTrace, public_action_schema, run_episode
+from taskhub._episode import CAPACITY_WAIT_S, EpisodePlan, plan_episode, record_episode
 from taskhub._errors import AgentFormatError, ConfigError, EnvCapacityError, TaskhubError
 from taskhub._rewards import BoundReward, RewardSet
-from taskhub._runner import (
-    CAPACITY_WAIT_S,
-    EpisodePlan,
-    plan_episode,
-    record_episode,
-)
 from taskhub._schema import (
     ChatMessage,
     EnvInfo,
@@ -40,6 +35,7 @@ from taskhub._schema import (
 )
 from taskhub._taskset import Taskset
 from taskhub._templates import Templates
+from taskhub._trust import check_remote_code
 from taskhub.env._client import DEFAULT_MAX_FRAME_BYTES, EnvSession
 from taskhub.env._launch import DEFAULT_STARTUP_TIMEOUT_S, EnvHandle
 from taskhub.env._pool import SessionPool
@@ -120,6 +116,10 @@ class TrainingEnv:
         step_timeout_s: Deadline of one env request.
         headers: WebSocket handshake headers (a token for private Spaces).
         startup_timeout_s: Deadline for a launched server to become healthy.
+        fresh_session: Open a new session for every episode (as ``taskhub eval
+            --fresh-session``) instead of resetting an idle one again.
+        trust_remote_code: Let the taskset's rows and card run code (``python:`` rewards, an
+            env folder); refused otherwise (``RemoteCodeError``).
     """
 
     def __init__(
@@ -136,6 +136,8 @@ class TrainingEnv:
         step_timeout_s: float = 60.0,
         headers: dict[str, str] | None = None,
         startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+        fresh_session: bool = False,
+        trust_remote_code: bool = False,
     ) -> None:
         """Resolve the env; nothing starts before ``start()`` (or ``with``)."""
         spec = env or taskset.card.env
@@ -143,6 +145,9 @@ class TrainingEnv:
             raise ConfigError(
                 f"no environment: pass env=, or set `env:` in the card of taskset {taskset.name!r}"
             )
+        check_remote_code(
+            taskset, trust_remote_code=trust_remote_code, rewards=not rewards, env=not env
+        )
         self.taskset = taskset
         self.env_spec = spec
         self.seed = seed
@@ -158,6 +163,7 @@ class TrainingEnv:
         self._step_timeout_s = step_timeout_s
         self._headers = dict(headers or {})
         self._startup_timeout_s = startup_timeout_s
+        self._fresh_session = fresh_session
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._http: httpx.AsyncClient | None = None
@@ -205,6 +211,7 @@ class TrainingEnv:
             timeout=self._step_timeout_s,
             max_frame_bytes=DEFAULT_MAX_FRAME_BYTES,
             headers=self._headers,
+            reuse=not self._fresh_session,
         )
         self._limit = asyncio.Semaphore(self._concurrency)
 
@@ -223,6 +230,8 @@ class TrainingEnv:
             loop.close()
 
     async def _stop(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
         if self._handle is not None:
             self._handle.stop()
         if self._http is not None:
@@ -295,12 +304,8 @@ class TrainingEnv:
         async with self._limit:
             while True:
                 try:
-                    async with self._pool.session() as (session, endpoint):
-                        try:
-                            return await use(session)
-                        except EnvCapacityError:
-                            await self._pool.at_capacity(endpoint)
-                            raise
+                    async with self._pool.session() as pooled:
+                        return await use(pooled.session)
                 except EnvCapacityError:
                     if time.monotonic() > deadline:
                         raise

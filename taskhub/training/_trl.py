@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from taskhub._agent import EpisodeTrace, parse_action
+from taskhub._episode import EpisodePlan
 from taskhub._errors import AgentFormatError, ConfigError, EnvError, MissingDependencyError
-from taskhub._runner import EpisodePlan
 from taskhub._schema import (
     ChatMessage,
     EpisodeRecord,
@@ -495,15 +495,21 @@ class TasksetEnvironment:
         pool = self._env._pool
         assert pool is not None, "the TrainingEnv is not started"
         cm = pool.session()
-        self._session, _ = await cm.__aenter__()
-        self._session_cm = cm
+        pooled = await cm.__aenter__()
+        self._session, self._session_cm = pooled.session, cm
         self._trace.initial = await self._session.reset(**self._plan.reset_payload)
         self._done = self._trace.initial.done
 
     async def _close_session(self) -> None:
+        """Give the session back: parked for the next episode, unless the env failed in it."""
         cm, self._session, self._session_cm = self._session_cm, None, None
-        if cm is not None:
+        if cm is None:
+            return
+        error = self._error
+        if error is None:
             await cm.__aexit__(None, None, None)
+        else:
+            await cm.__aexit__(type(error), error, error.__traceback__)
 
     def step(self, action: str) -> str:
         """Send one action to the environment and return what it observes next.

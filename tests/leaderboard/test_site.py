@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import csv
+import gzip
 import html as html_lib
 import json
 import os
@@ -196,18 +198,21 @@ def test_episodes_load_lazily_in_pages(tmp_path: Path) -> None:
         "page-00002.js",
     ]
     page = (folder / "page-00001.js").read_text()
-    assert page.startswith("TASKHUB.page(1,[\n") and page.endswith("\n]);\n")
+    assert page.startswith('TASKHUB.page(1,"') and page.endswith('");\n')
     lines = (run / "episodes.jsonl").read_text().splitlines()
-    assert page[len("TASKHUB.page(1,[\n") : -len("\n]);\n")] == ",\n".join(lines[100:200])
+    # the records' lines, stored once: gzip-compressed, base64-encoded
+    packed = base64.b64decode(page[len('TASKHUB.page(1,"') : -len('");\n')])
+    assert gzip.decompress(packed).decode() == "\n".join(lines[100:200])
+    assert len(page) < len("\n".join(lines[100:200])) / 10
     index = json.loads((folder / "index-0002.js").read_text()[len("TASKHUB.index(2,") : -3])
     assert index["tasks"][index["t"][0]] == "t-240" and len(index["t"]) == 10
     html = next((tmp_path / "site" / "runs").glob("big-*.html")).read_text()
     assert big not in html and len(html) < 100_000
-    # by default a page holds about half a megabyte of records
+    # by default a page holds about two megabytes of records, before compression
     build_site([run], tmp_path / "default")
     average = sum(len(line) for line in lines) / len(lines)
     html = next((tmp_path / "default" / "runs").glob("big-*.html")).read_text()
-    assert f'data-page-size="{round(512 * 1024 / average)}"' in html
+    assert f'data-page-size="{min(4000, round(2 * 1024 * 1024 / average))}"' in html
 
 
 def test_an_old_site_is_replaced_and_anything_else_is_kept(corpus: Path, tmp_path: Path) -> None:
@@ -361,3 +366,34 @@ def test_cells_break_down_by_a_task_field(corpus: Path, tmp_path: Path) -> None:
     assert all(r["n_tasks"] >= 1 for r in rows)
     page = (out / "tasksets" / groups[0].name.replace(".groups.json", ".html")).read_text()
     assert "By family" in page
+
+
+def test_large_tables_are_written_in_parts(tmp_path: Path) -> None:
+    records = [episode("many", f"t-{i:03d}", reward=i % 2) for i in range(300)]
+    run = write_run(tmp_path / "runs", "many", records)
+    whole = tmp_path / "whole"
+    build_site([run], whole)
+    build_site([run], tmp_path / "site", part_bytes=4096)
+    data = tmp_path / "site" / "data"
+    (single,) = (whole / "data" / "runs").glob("many-*.tasks.json")
+    rows = json.loads(single.read_text())
+    assert len(rows) == 300
+    parts = sorted(
+        (data / "runs").glob(single.name.replace(".json", "*.json")),
+        key=lambda p: int(p.name.split(".")[-2]) if p.name.count(".") > 2 else 1,
+    )
+    assert len(parts) > 5
+    assert [row for part in parts for row in json.loads(part.read_text())] == rows
+    assert all(len(part.read_bytes()) <= 4096 + 8 for part in parts)
+    csv_rows = [
+        row
+        for part in parts
+        for row in csv.DictReader(part.with_suffix(".csv").read_text().splitlines())
+    ]
+    assert [r["task_id"] for r in csv_rows] == [r["task_id"] for r in rows]
+    downloads = (tmp_path / "site" / "downloads.html").read_text()
+    for part in parts:
+        assert str(part.relative_to(tmp_path / "site")) in downloads
+    assert f"(part 2 of {len(parts)})" in downloads
+    run_page = next((tmp_path / "site" / "runs").glob("many-*.html")).read_text()
+    assert f"(part 1 of {len(parts)}" in run_page

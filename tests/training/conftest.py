@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from taskhub import EpisodeRecord, EvalConfig, Task, evaluate, model_backend, read_results
-from taskhub._runner import derive_seed
+from taskhub._episode import derive_seed
 from taskhub.models import GenerateRequest, Generation, ModelOptions
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ EXPECTED: dict[str, set[str]] = {
     "crashes_on_bad_action": {"protocol.malformed_input"},
     "shared_state": {"runtime.episode_isolation"},
     "never_terminates": {"runtime.termination"},
-    "http_only": {"protocol.websocket", "runtime.episode_isolation"},
+    "http_only": {"protocol.websocket", "runtime.episode_isolation", "runtime.http_episode"},
     "fake_endpoints": {
         "static.env_implementation",
         "protocol.metadata",
@@ -53,6 +53,22 @@ EXPECTED: dict[str, set[str]] = {
     # hash() of a str is salted per process: determinism holds in one server, not after a restart
     "salted_hash": {"semantic.replayability"},
     "unknown_op_fallback": {"taskset.unknown_values_refused"},
+    # the HTTP routes of a /ws server build a fresh env per request, as OpenEnv's create_app
+    # does: reported (runtime.http_episode skips, measured.http_stateless), not failed
+    "fresh_per_request": set(),
+    # a hand-rolled server with several defects at once, and a manifest older than validation:
+    "handrolled_global": {
+        "static.resource_declaration",
+        "static.timeout_ceiling",
+        "protocol.health",
+        "protocol.metadata",
+        "protocol.schema",
+        "protocol.websocket",
+        "protocol.wire_format",
+        "runtime.http_episode",
+        "runtime.episode_isolation",
+        "runtime.step_after_done",
+    },
 }
 #: Validation settings of the corpus runs: short deadlines, fewer growth episodes.
 FAST = {

@@ -14,6 +14,9 @@ import pytest
 
 from tests.validators.conftest import ENVS, EXPECTED, failing
 
+# the first test pays for the session fixture: the whole corpus validated as one batch
+pytestmark = pytest.mark.timeout(900)
+
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_env_fails_exactly_the_checks_its_defect_implies(
@@ -169,3 +172,16 @@ def test_replayability_names_the_first_difference(corpus_batch: dict[str, Any]) 
     pinned = {c.id: c for c in corpus_batch["reports"]["unpinned_tasks"].checks}
     unpinned = pinned["static.task_distribution_pinning"]
     assert "load_dataset('quiz-org/arith-questions') has no revision" in unpinned.summary
+
+
+def test_http_episodes_are_judged_by_transport(corpus_batch: dict[str, Any]) -> None:
+    fresh = {c.id: c for c in corpus_batch["reports"]["fresh_per_request"].checks}
+    stateless = fresh["runtime.http_episode"]
+    assert stateless.status == "skip" and stateless.measured["http_stateless"] is True
+    assert "fresh env per request" in stateless.summary
+    hand = {c.id: c for c in corpus_batch["reports"]["handrolled_global"].checks}
+    shared = hand["runtime.http_episode"]
+    assert "a second HTTP client's reset changed the first client's episode" in shared.summary
+    assert any("step_count: 1 -> 0" in d for d in shared.evidence[0]["diff"])
+    assert hand["protocol.episode"].status == "pass"  # bare bodies, top-level observations
+    assert "(/health answers 404)" in hand["runtime.startup"].summary

@@ -67,7 +67,9 @@ def test_validate_a_git_source_at_each_commit(bare_repo: tuple[Path, str, str]) 
     from taskhub.validators import ValidationConfig, validate
 
     bare, first, second = bare_repo
-    config = ValidationConfig(taskset=str(QUIZ), checks=["static.manifest"], **FAST)
+    config = ValidationConfig(
+        taskset=str(QUIZ), checks=["static.manifest", "protocol.episode"], **FAST
+    )
     good = validate(f"git+{bare.as_uri()}@{first}#subdirectory=envs/good", config)
     assert good.target_kind == "git" and first in good.target
     assert good.verdict == "pass", [(c.id, c.summary) for c in good.checks if c.status != "pass"]

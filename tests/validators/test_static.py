@@ -97,20 +97,25 @@ def test_requirement_pin_classes(requirement: str, kind: str) -> None:
 
 def run_check(check, folder: Path):  # type: ignore[no-untyped-def]
     import httpx
-    from taskhub.validators import ValidationConfig, load_policy
+    from taskhub.validators import (
+        EnvDescription,
+        EnvDriver,
+        Subject,
+        ValidationConfig,
+        load_policy,
+    )
     from taskhub.validators._manifest import read_manifest
-    from taskhub.validators._subject import Subject
 
     async def go():  # type: ignore[no-untyped-def]
         async with httpx.AsyncClient() as http:
+            config = ValidationConfig()
             subject = Subject(
-                target=str(folder),
-                kind="folder",
-                config=ValidationConfig(),
+                env=EnvDescription(
+                    target=str(folder), kind="folder", folder=folder, manifest=read_manifest(folder)
+                ),
+                driver=EnvDriver(config=config, http=http, folder=folder),
+                config=config,
                 policy=load_policy(),
-                http=http,
-                folder=folder,
-                manifest=read_manifest(folder),
             )
             return await check(subject)
 
@@ -262,3 +267,120 @@ def test_task_distribution_pinning_digests_shipped_data(env_folder: Path) -> Non
     finding = run_check(check_task_distribution_pinning, env_folder)
     assert finding.status == "fail"
     assert "server/extra.py:2" in finding.summary and finding.remediation
+
+
+def test_every_check_id_starts_with_its_level_and_lives_in_its_level_module() -> None:
+    from taskhub.validators import registered_checks
+
+    for spec in registered_checks():
+        if "/" in spec.id:
+            continue  # a third-party check
+        assert spec.id.split(".")[0] == spec.level, spec.id
+        assert spec.fn.__module__.endswith(f"._{spec.level}"), (spec.id, spec.fn.__module__)
+
+
+def test_checks_run_after_what_they_need() -> None:
+    from taskhub.validators import registered_checks
+
+    order = [spec.id for spec in registered_checks()]
+    assert order.index("runtime.startup") < order.index("protocol.health")
+    assert order.index("protocol.episode") < order.index("runtime.seed_control")
+    playing = order.index("semantic.verifier_determinism")
+    assert playing < order.index("runtime.reward_well_formed")
+    assert order[-3:] == [
+        "protocol.malformed_input",
+        "protocol.frame_limit",
+        "semantic.replayability",
+    ]
+
+
+def test_manifest_tasks_are_read_in_both_styles_seen_in_the_wild(tmp_path: Path) -> None:
+    from taskhub.validators._manifest import declared_tasks
+
+    assert declared_tasks({"tasks": ["easy", "hard"]}) == ["easy", "hard"]
+    assert declared_tasks({"tasks": [{"id": "t1", "difficulty": "easy"}, {"name": "t2"}]}) == [
+        "t1",
+        "t2",
+    ]
+    assert declared_tasks({"environment": {"tasks": [{"task_id": 3}]}}) == ["3"]
+    assert declared_tasks({"tasks": "not a list"}) == []
+
+
+def test_first_actions_come_from_enums_required_fields_and_examples() -> None:
+    from taskhub.validators._actions import candidate_actions, inline
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "action_type": {"enum": ["inspect", "restart", "wait"]},
+            "service": {"type": "string", "examples": ["cache"]},
+            "note": {"type": "string"},
+        },
+        "required": ["action_type", "service"],
+    }
+    candidates = candidate_actions(schema)
+    assert candidates[0] == {"action_type": "inspect", "service": "cache"}
+    assert {"action_type": "restart", "service": "cache"} in candidates
+    assert {} in candidates and len(candidates) <= 6
+    union = inline(
+        {"$defs": {"A": {"properties": {"kind": {"const": "a"}}, "required": ["kind"]}}},
+        {"oneOf": [{"$ref": "#/$defs/A"}]},
+    )
+    assert candidate_actions(union)[0] == {"kind": "a"}
+    assert candidate_actions(None) == [{}]
+
+
+def test_http_dialect_is_learnt_from_openapi_and_replies_read_either_way() -> None:
+    from taskhub import EnvProtocolError
+    from taskhub.env import learn_http_dialect, parse_http_reply
+
+    spec = {
+        "openapi": "3.1.0",
+        "paths": {
+            "/": {"get": {}},
+            "/api/reset": {"post": {"requestBody": _body("#/components/schemas/Reset")}},
+            "/api/step": {"post": {"requestBody": _body("#/components/schemas/Move")}},
+            "/api/state": {"get": {}},
+        },
+        "components": {
+            "schemas": {
+                "Reset": {
+                    "properties": {"seed": {"type": "integer"}, "task_name": {"type": "string"}},
+                    "additionalProperties": False,
+                },
+                "Move": {"properties": {"column": {"type": "string"}}, "required": ["column"]},
+            }
+        },
+    }
+    learnt = learn_http_dialect(spec)
+    assert learnt is not None
+    dialect, action = learnt
+    assert (dialect.reset_path, dialect.step_path, dialect.state_path) == (
+        "/api/reset",
+        "/api/step",
+        "/api/state",
+    )
+    assert dialect.wrap_action is False and dialect.reset_keys == ("seed", "task_name")
+    assert action is not None and action["required"] == ["column"]
+    top = parse_http_reply({"board": [1], "reward": 0.5, "done": False}, "step", step=True)
+    assert top.observation == {"board": [1]} and top.reward == 0.5
+    nested = parse_http_reply({"observation": {"board": []}, "reward": 1, "done": True}, "x")
+    assert nested.done and nested.observation == {"board": []}
+    with pytest.raises(EnvProtocolError, match="neither an observation nor a reward"):
+        parse_http_reply({"status": "ok"}, "step", step=True)
+
+
+def _body(ref: str) -> dict:  # type: ignore[type-arg]
+    return {"content": {"application/json": {"schema": {"$ref": ref}}}}
+
+
+def test_field_diff_names_each_changed_field() -> None:
+    from taskhub.validators._driver import field_diff, masked
+
+    before = {"episode_id": "a", "board": [1, 2], "msg": "started at t=1"}
+    after = {"episode_id": "b", "board": [1, 3], "msg": "started at t=1"}
+    assert field_diff(before, after, "state") == [
+        "state.board[1]: 2 -> 3",
+        'state.episode_id: "a" -> "b"',
+    ]
+    assert masked({"text": "episode x-1 begins"}, {"x-1"}) == {"text": "episode <id> begins"}

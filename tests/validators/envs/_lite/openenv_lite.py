@@ -105,6 +105,8 @@ class QuizEnvironment:
     def step(self, action: dict[str, Any]) -> tuple[dict[str, Any], float | None, bool]:
         if self.done:
             raise RuntimeError("episode is over; call reset() to start a new one")
+        if self.episode_id is None:
+            raise RuntimeError("step() before reset(): no episode")
         self.step_count += 1
         self.attempts_left -= 1
         reward = self.score(str(action.get("answer", "")))
@@ -141,6 +143,7 @@ def create_app(
     validate_actions: bool = True,
     default_sessions: int = 8,
     max_sessions: int | None = None,
+    http_fresh: bool = False,
 ) -> FastAPI:
     """Serve ``env_cls`` over OpenEnv's HTTP routes and WebSocket ``/ws``.
 
@@ -152,6 +155,8 @@ def create_app(
         validate_actions: Check step actions against the action schema first.
         default_sessions: Sessions served at once when ``MAX_CONCURRENT_ENVS`` is not set.
         max_sessions: A fixed capacity that ignores ``MAX_CONCURRENT_ENVS``.
+        http_fresh: Serve every HTTP request a fresh env (OpenEnv's stateless HTTP routes):
+            an HTTP episode never advances.
     """
     app = FastAPI(title=name)
     capacity = max_sessions or int(os.environ.get("MAX_CONCURRENT_ENVS", default_sessions))
@@ -176,21 +181,25 @@ def create_app(
             "reset_observation": env_cls.observation_schema,
         }
 
+    def env_of_request() -> QuizEnvironment:
+        return env_cls() if http_fresh else http_env
+
     @app.post("/reset")
     async def http_reset(request: Request) -> JSONResponse:
         body = await request.json()
-        observation = http_env.reset(**_filter_kwargs(http_env, body))
+        env = env_of_request()
+        observation = env.reset(**_filter_kwargs(env, body))
         return JSONResponse(_observation(observation, None, False))
 
     @app.post("/step")
     async def http_step(request: Request) -> JSONResponse:
         body = await request.json()
-        observation, reward, done = http_env.step(body.get("action", {}))
+        observation, reward, done = env_of_request().step(body.get("action", {}))
         return JSONResponse(_observation(observation, reward, done))
 
     @app.get("/state")
     def http_state() -> dict[str, Any]:
-        return http_env.state()
+        return env_of_request().state()
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

@@ -1,0 +1,306 @@
+"""Session reuse: sound sessions are parked, failed ones closed, and records do not change."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from taskhub import (
+    AgentFormatError,
+    EnvExecutionError,
+    EnvInfo,
+    EnvTimeout,
+    EvalConfig,
+    evaluate,
+    read_results,
+)
+from taskhub.env import EnvClient, LocalServer, SessionPool, builtin_envs, launch_server
+from tests.servers import FakeEnv, error, observation
+from tests.taskhub.test_runner import _healthy, stable, write_taskset
+
+pytestmark = pytest.mark.anyio
+
+
+def _pool(env_url: str, http: httpx.AsyncClient, **kwargs: object) -> SessionPool:
+    info = EnvInfo(spec=env_url, kind="url", urls=[env_url], transport="ws")
+    options: dict = {"limit": None, "timeout": 2.0, "max_frame_bytes": 1 << 20, **kwargs}
+    return SessionPool(info, http=http, **options)
+
+
+async def _wait_for(condition, timeout: float = 20.0) -> bool:
+    """Poll ``condition`` until it holds (the server sees a close a moment after it is sent)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+async def _play(pool: SessionPool, seed: int) -> bool:
+    """One 'say N' episode; returns whether it ran on a reused session."""
+    async with pool.session() as pooled:
+        first = await pooled.session.reset(seed=seed)
+        assert first.observation["question"] == f"say {seed}"
+        assert (await pooled.session.step({"answer": str(seed)})).reward == 1.0
+        return pooled.reused
+
+
+async def test_a_sound_session_serves_the_next_episode() -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http) as pool:
+            assert [await _play(pool, seed) for seed in range(5)] == [
+                False,
+                True,
+                True,
+                True,
+                True,
+            ]
+            assert env.sessions_opened == 1 and pool.idle_sessions == 1
+        # closing the pool closes the parked session
+        assert await _wait_for(lambda: env.active == 0)
+        assert env.frames[-1] == {"type": "close"}
+
+
+async def test_without_reuse_every_episode_opens_a_session() -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http, reuse=False) as pool:
+            assert [await _play(pool, seed) for seed in range(3)] == [False, False, False]
+            assert env.sessions_opened == 3 and pool.idle_sessions == 0
+
+
+@pytest.mark.parametrize(
+    ("failure", "reused_after"),
+    [
+        (EnvExecutionError("step failed: EXECUTION_ERROR: boom"), False),
+        (EnvTimeout("step: no reply"), False),
+        (RuntimeError("a bug in the caller"), False),
+        (asyncio.CancelledError(), False),
+        (AgentFormatError("reply is empty", reply=""), True),
+    ],
+    ids=["env-error", "timeout", "exception", "cancelled", "agent-error"],
+)
+async def test_only_a_session_whose_env_side_went_well_is_parked(
+    failure: BaseException, reused_after: bool
+) -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http) as pool:
+            with pytest.raises(type(failure)):
+                async with pool.session() as pooled:
+                    await pooled.session.reset(seed=1)
+                    raise failure
+            assert await _play(pool, 2) is reused_after
+            assert env.sessions_opened == (1 if reused_after else 2)
+
+
+async def test_an_env_error_frame_ends_the_session() -> None:
+    def step(session, data):
+        return (
+            error("EXECUTION_ERROR", "boom") if session.target == 1 else observation({}, 1.0, True)
+        )
+
+    with FakeEnv(on_step=step) as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http) as pool:
+            with pytest.raises(EnvExecutionError):
+                async with pool.session() as pooled:
+                    await pooled.session.reset(seed=1)
+                    await pooled.session.step({"answer": "1"})
+            assert await _play(pool, 2) is False
+            assert await _play(pool, 3) is True
+            assert env.sessions_opened == 2
+
+
+async def test_a_session_the_server_closed_while_parked_is_not_handed_out() -> None:
+    def step(session, data):
+        session.close_after_reply = True
+        return observation({}, 1.0, True)
+
+    with FakeEnv(on_step=step) as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http) as pool:
+            await _play(pool, 1)
+            assert await _wait_for(lambda: env.active == 0)
+            await asyncio.sleep(0.1)  # the close frame reaches the client
+            assert await _play(pool, 2) is False
+            assert env.sessions_opened == 2
+
+
+async def test_parked_sessions_expire_and_free_the_server() -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http, idle_timeout=0.2) as pool:
+            await _play(pool, 1)
+            assert await _wait_for(lambda: pool.idle_sessions == 0 and env.active == 0)
+            assert await _play(pool, 2) is False
+
+
+async def test_a_capacity_one_server_is_shared_by_one_parked_session() -> None:
+    """Sessions are parked per server and never beyond its learnt capacity."""
+    with FakeEnv(capacity=1) as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http) as pool:
+            results = await asyncio.gather(*(_retry_capacity(pool, s) for s in range(8)))
+            assert all(results) and env.max_active == 1
+            assert pool.idle_sessions == 1
+        assert await _wait_for(lambda: env.active == 0)
+
+
+async def _retry_capacity(pool: SessionPool, seed: int) -> bool:
+    from taskhub import EnvCapacityError
+
+    for _ in range(400):
+        try:
+            await _play(pool, seed)
+            return True
+        except EnvCapacityError:
+            await asyncio.sleep(0.02)
+    return False
+
+
+async def test_a_closed_pool_hands_out_nothing() -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http:
+            pool = _pool(env.url, http)
+            await pool.aclose()
+            with pytest.raises(RuntimeError, match="closed"):
+                async with pool.session():
+                    pass
+
+
+# --- the runner -------------------------------------------------------------------------------
+
+
+def test_the_runner_reuses_sessions_and_closes_them_at_the_end(tmp_path: Path) -> None:
+    taskset = write_taskset(tmp_path / "ts", 12)
+    with FakeEnv() as env:
+        result = evaluate(
+            EvalConfig(model="scripted/oracle", taskset=str(taskset), env=env.url, concurrency=3),
+            output_dir=tmp_path / "reuse",
+        )
+        assert result.summary.mean_reward == 1.0
+        assert env.sessions_opened <= 3 + 1  # + the transport probe
+        assert asyncio.run(_wait_for(lambda: env.active == 0))
+        opened = env.sessions_opened
+        evaluate(
+            EvalConfig(
+                model="scripted/oracle",
+                taskset=str(taskset),
+                env=env.url,
+                concurrency=3,
+                fresh_session=True,
+            ),
+            output_dir=tmp_path / "fresh",
+        )
+        assert env.sessions_opened - opened == 12 + 1
+
+
+def test_an_episode_that_ended_in_an_env_error_does_not_pass_its_session_on(
+    tmp_path: Path,
+) -> None:
+    taskset = write_taskset(tmp_path / "ts", 4)
+
+    def step(session, data):
+        return (
+            error("EXECUTION_ERROR", "boom") if session.target == 1 else observation({}, 1.0, True)
+        )
+
+    with FakeEnv(on_step=step) as env:
+        result = evaluate(
+            EvalConfig(
+                model="scripted/oracle",
+                taskset=str(taskset),
+                env=env.url,
+                concurrency=1,
+                max_retries=0,
+            ),
+            output_dir=tmp_path,
+        )
+        # probe; t000 + t001 on one session; t001 fails and closes it; t002 + t003 on a new one
+        assert env.sessions_opened == 1 + 2
+    outcomes = {r.task_id: r.outcome for r in read_results(result.run_dir)}
+    assert outcomes == {"t000": "scored", "t001": "infra_error", "t002": "scored", "t003": "scored"}
+
+
+def test_a_server_that_closes_every_session_costs_no_attempts(tmp_path: Path) -> None:
+    taskset = write_taskset(tmp_path / "ts", 6)
+
+    def step(session, data):
+        session.close_after_reply = True
+        return observation({}, 1.0, True)
+
+    with FakeEnv(on_step=step) as env:
+        result = evaluate(
+            EvalConfig(model="scripted/oracle", taskset=str(taskset), env=env.url, concurrency=2),
+            output_dir=tmp_path,
+        )
+    records = read_results(result.run_dir)
+    assert all(r.outcome == "scored" and r.attempts == 1 for r in records), [
+        (r.outcome, r.attempts, r.error) for r in records
+    ]
+
+
+@pytest.fixture(scope="module", params=["arith", "gridworld"])
+def reference_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, LocalServer]]:
+    name = request.param
+    server = launch_server(
+        builtin_envs()[name], max_sessions=8, log_dir=tmp_path_factory.mktemp("env-logs")
+    )
+    try:
+        asyncio.run(_healthy(server))
+        yield name, server
+    finally:
+        server.stop()
+
+
+def test_records_are_the_same_with_and_without_reuse(
+    reference_server: tuple[str, LocalServer], tmp_path: Path
+) -> None:
+    name, server = reference_server
+    records = {}
+    for fresh in (False, True):
+        config = EvalConfig(
+            model="scripted/random",
+            taskset=name,
+            env=server.url,
+            limit=8,
+            samples=2,
+            concurrency=3,
+            seed=5,
+            max_steps=6,
+            fresh_session=fresh,
+        )
+        result = evaluate(config, output_dir=tmp_path / str(fresh))
+        records[fresh] = sorted(read_results(result.run_dir), key=lambda r: r.key())
+    assert len(records[False]) == 16
+    assert [stable(r) for r in records[False]] == [stable(r) for r in records[True]]
+    assert (
+        len(
+            {
+                r.steps[0].action["move" if name == "gridworld" else "answer"]
+                for r in records[False]
+                if r.steps
+            }
+        )
+        > 1
+    )
+
+
+async def test_a_reference_env_session_is_reset_again(
+    reference_server: tuple[str, LocalServer],
+) -> None:
+    name, server = reference_server
+    async with httpx.AsyncClient() as http, _pool(server.url, http, timeout=30.0) as pool:
+        firsts = []
+        sessions = []
+        for _ in range(3):
+            async with pool.session() as pooled:
+                assert isinstance(pooled.session, EnvClient)
+                sessions.append(pooled.session)
+                firsts.append((await pooled.session.reset(seed=3)).observation)
+                assert (await pooled.session.state())["step_count"] == 0
+        assert sessions[0] is sessions[1] is sessions[2]
+        assert firsts[0] == firsts[1] == firsts[2]
