@@ -2,9 +2,12 @@
 
 ``assemble`` reads every run once (``taskhub.iter_results_tables``) and computes every number the
 site shows; rendering (``_site``) only formats them. A cell is keyed by (model spec, sampling
-parameters) x (taskset name, resolved commit or content fingerprint, split): two revisions of a
-taskset are two columns, and runs are pooled only when all of that matches (shards of one
-evaluation, or repeated runs that add samples).
+parameters, format retries) x (taskset name, resolved commit or content fingerprint, split, and
+how episodes were scored: rewards with their versions, success threshold, env and version, step
+limit; see ``taskhub.comparability``): two revisions of a taskset, or one taskset scored two
+ways, are two columns, and runs are pooled only when all of that matches (shards of one
+evaluation, or repeated runs that add samples). Within a column, models that ran the same tasks
+are ranked by paired differences (``rank_paired``).
 """
 
 from __future__ import annotations
@@ -19,22 +22,29 @@ from typing import Protocol
 import pyarrow as pa
 
 from taskhub import (
+    Comparability,
+    GroupSummary,
     RunManifest,
     ValidationReport,
+    comparability,
+    group_summaries,
     iter_results_tables,
     results_schema,
+    task_field_column,
     wilson_interval,
 )
 
 from ._episodes import EPISODE_COLUMNS
 from ._inputs import Inputs
-from ._stats import STAT_COLUMNS, Stats, overlaps, rank_with_ties, summarize_table
+from ._stats import STAT_COLUMNS, Pair, Stats, rank_paired, summarize_table, task_means
 
 #: Verdicts from best to worst; envs without a report come after all of them.
 VERDICT_ORDER = ("pass", "warn", "fail", "unsupported", "error")
 DETERMINISM_CHECK = "runtime.episode_determinism"
 LATENCY_CHECK = "runtime.step_latency"
 UNKNOWN_ENV = "(unknown env)"
+#: Column added to run tables holding each episode's group (``assemble(group_by=...)``).
+GROUP_COLUMN = "group"
 
 
 def slug(text: str, key: str) -> str:
@@ -53,6 +63,8 @@ class RunEntry:
     table: pa.Table
     """The run's rows of ``read_results_table``, in file order."""
     stats: Stats
+    comparability: Comparability
+    """What the run's scores compare with (``taskhub.comparability``)."""
     model: ModelRow | None = None
     column: TasksetColumn | None = None
     env: EnvRow | None = None
@@ -90,15 +102,28 @@ class TasksetColumn:
     """``commit`` or ``content``."""
     split: str
     slug: str
+    comparability: Comparability
+    """How the column's episodes were scored (its first run's; every run's agrees)."""
     runs: list[RunEntry] = field(default_factory=list)
     cells: list[Cell] = field(default_factory=list)
     """Ranked: best mean first."""
     envs: list[EnvRow] = field(default_factory=list)
+    variant: str = ""
+    """What tells this column from others of the same taskset revision and split (their
+    rewards, env, step limit...), empty when there is no other."""
+    pairs: list[tuple[Cell, Cell, Pair]] = field(default_factory=list)
+    """Every pairwise comparison of the column's cells that ranking used."""
+
+    @property
+    def fingerprint(self) -> str:
+        """The scoring fingerprint shared by the column's runs."""
+        return self.comparability.scoring_fingerprint
 
     @property
     def label(self) -> str:
-        """``name [split] @ revision``, the revision shortened."""
-        return f"{self.name} [{self.split}] @ {self.short_revision}"
+        """``name [split] @ revision``, the revision shortened, and the variant if any."""
+        text = f"{self.name} [{self.split}] @ {self.short_revision}"
+        return f"{text} ({self.variant})" if self.variant else text
 
     @property
     def short_revision(self) -> str:
@@ -131,9 +156,17 @@ class Cell:
     runs: list[RunEntry]
     stats: Stats
     rank: int = 0
-    """1 + the number of models whose 95% interval lies entirely above this one (0: no mean)."""
+    """1 + the number of models better beyond doubt (paired difference whose 95% interval lies
+    above 0 when they share tasks, else an interval entirely above this one's); 0: no mean."""
     tied_with: list[ModelRow] = field(default_factory=list)
-    """Models whose 95% interval overlaps this one."""
+    """Models neither better nor worse than this one beyond doubt."""
+    groups: list[GroupSummary] = field(default_factory=list)
+    """Breakdown by the task field the board was built with (``group_by``)."""
+
+    @property
+    def fingerprint(self) -> str:
+        """The configuration fingerprint shared by the cell's runs (sampling included)."""
+        return self.runs[0].comparability.fingerprint
 
     @property
     def best_pass_at_k(self) -> tuple[str, float] | None:
@@ -259,6 +292,8 @@ class Board:
     """Ordered by taskset name, split, revision."""
     envs: list[EnvRow]
     """Ranked by validation quality."""
+    group_by: str | None = None
+    """The task field cells are broken down by, if any."""
 
 
 class EpisodeSink(Protocol):
@@ -276,6 +311,7 @@ def assemble(
     *,
     validate: bool = False,
     episodes: Callable[[RunEntry], EpisodeSink] | None = None,
+    group_by: str | None = None,
 ) -> Board:
     """Read every run and compute the leaderboard.
 
@@ -287,6 +323,9 @@ def assemble(
         validate: Validate every episode record in full (slow; see ``read_results_table``).
         episodes: Called with each run before it is read; what it returns receives the run's
             records (``EPISODE_COLUMNS``) block by block, and is closed after the last.
+        group_by: A task field (``metadata.family``; see ``taskhub.task_field``) to break every
+            cell down by. It is read from each record's task row (block by block, the rest of
+            the record skipped), which costs a pass over the records at scale.
 
     Returns:
         The board.
@@ -297,23 +336,40 @@ def assemble(
     runs: list[RunEntry] = []
     for source in inputs.runs:
         manifest = source.manifest
+        config = comparability(manifest)
         entry = RunEntry(
             manifest=manifest,
             slug=slug(manifest.run_id, manifest.run_id),
             table=pa.table({}),
             stats=summarize_table(results_schema(STAT_COLUMNS).empty_table()),
+            comparability=config,
         )
         sink = episodes(entry) if episodes is not None else None
         wanted = list(dict.fromkeys([*STAT_COLUMNS, *(EPISODE_COLUMNS if sink else ())]))
-        parts = [results_schema(STAT_COLUMNS).empty_table()]
-        for table in iter_results_tables(source.results, columns=wanted, validate=validate):
+        fields = [group_by] if group_by is not None else []
+        kept = [*STAT_COLUMNS, *([GROUP_COLUMN] if group_by is not None else [])]
+        parts = [_empty_part(group_by)]
+        for table in iter_results_tables(
+            source.results, columns=wanted, validate=validate, task_fields=fields
+        ):
             if sink is not None:
                 sink.add(table.select(list(EPISODE_COLUMNS)))
-            parts.append(table.select(list(STAT_COLUMNS)))
+            if group_by is not None:
+                table = table.rename_columns(
+                    [
+                        GROUP_COLUMN if c == task_field_column(group_by) else c
+                        for c in table.column_names
+                    ]
+                )
+            parts.append(table.select(kept))
         if sink is not None:
             sink.close()
         entry.table = pa.concat_tables(parts).combine_chunks()
-        entry.stats = summarize_table(entry.table, n_planned=manifest.n_planned)
+        entry.stats = summarize_table(
+            entry.table.select(list(STAT_COLUMNS)),
+            n_planned=manifest.n_planned,
+            comparability=config,
+        )
         runs.append(entry)
 
     models: dict[str, ModelRow] = {}
@@ -321,6 +377,8 @@ def assemble(
     for run in runs:
         model = run.manifest.model
         sampling = model.sampling.model_dump(mode="json", exclude={"seed"})
+        if run.comparability.format_retries != 1:  # the default stays out of labels
+            sampling["format_retries"] = run.comparability.format_retries
         model_key = f"{model.spec}\x00{sorted(sampling.items())}"
         row = models.get(model_key)
         if row is None:
@@ -331,7 +389,8 @@ def assemble(
         run.model = row
         taskset = run.manifest.taskset
         revision = taskset.commit_sha or taskset.fingerprint
-        column_key = f"{taskset.name}\x00{revision}\x00{run.manifest.split}"
+        scoring = run.comparability.scoring_fingerprint
+        column_key = f"{taskset.name}\x00{revision}\x00{run.manifest.split}\x00{scoring}"
         column = columns.get(column_key)
         if column is None:
             column = columns[column_key] = TasksetColumn(
@@ -341,10 +400,12 @@ def assemble(
                 revision_kind="commit" if taskset.commit_sha else "content",
                 split=run.manifest.split,
                 slug=slug(f"{taskset.name}-{run.manifest.split}-{revision[:8]}", column_key),
+                comparability=run.comparability,
             )
         column.runs.append(run)
         run.column = column
     _label_models(list(models.values()))
+    _label_variants(list(columns.values()))
 
     for column in columns.values():
         by_model: dict[str, list[RunEntry]] = defaultdict(list)
@@ -357,14 +418,18 @@ def assemble(
                 stats = cell_runs[0].stats
             else:
                 pooled = pa.concat_tables([r.table.select(STAT_COLUMNS) for r in cell_runs])
-                stats = summarize_table(pooled)
+                stats = summarize_table(pooled, comparability=column.comparability)
             cell = Cell(model=models[model_key], column=column, runs=cell_runs, stats=stats)
+            if group_by is not None:
+                cell.groups = _groups(cell_runs, column.comparability)
             models[model_key].cells[column.key] = cell
             cells.append(cell)
-        _rank(cells)
+        column.pairs = _rank(cells)
         column.cells = sorted(cells, key=_cell_order)
 
-    ordered_columns = sorted(columns.values(), key=lambda c: (c.name, c.split, c.revision))
+    ordered_columns = sorted(
+        columns.values(), key=lambda c: (c.name, c.split, c.revision, c.variant, c.key)
+    )
     ordered_models = sorted(models.values(), key=lambda m: (-len(m.cells), m.mean_rank, m.label))
     envs = _envs(runs, inputs.reports)
     for column in ordered_columns:
@@ -373,7 +438,29 @@ def assemble(
             if run.env is not None:
                 seen.setdefault(run.env.name, run.env)
         column.envs = sorted(seen.values(), key=lambda e: e.name)
-    return Board(runs=runs, models=ordered_models, columns=ordered_columns, envs=envs)
+    return Board(
+        runs=runs, models=ordered_models, columns=ordered_columns, envs=envs, group_by=group_by
+    )
+
+
+def _empty_part(group_by: str | None) -> pa.Table:
+    """A run's table before its first block: ``STAT_COLUMNS`` (and the group, if any)."""
+    table = results_schema(STAT_COLUMNS).empty_table()
+    if group_by is None:
+        return table
+    return table.append_column(GROUP_COLUMN, pa.array([], pa.string()))
+
+
+def _groups(runs: list[RunEntry], config: Comparability) -> list[GroupSummary]:
+    names = [GROUP_COLUMN, "task_id", "reward", "success"]
+    table = pa.concat_tables([r.table.select(names) for r in runs])
+    return group_summaries(
+        table[GROUP_COLUMN],
+        table["task_id"],
+        table["reward"],
+        table["success"],
+        reward_range=config.reward_range,
+    )
 
 
 def _label_models(models: list[ModelRow]) -> None:
@@ -393,28 +480,46 @@ def _label_models(models: list[ModelRow]) -> None:
             model.label = f"{model.spec} ({extra})"
 
 
-def _rank(cells: list[Cell]) -> None:
+def _label_variants(columns: list[TasksetColumn]) -> None:
+    """Name what tells apart columns of one taskset revision and split scored differently."""
+    groups: dict[tuple[str, str, str], list[TasksetColumn]] = defaultdict(list)
+    for column in columns:
+        groups[(column.name, column.revision, column.split)].append(column)
+    for variants in groups.values():
+        if len(variants) < 2:
+            continue
+        values: list[dict[str, str]] = []
+        for column in variants:
+            c = column.comparability
+            versions = ", ".join(f"{r.spec} {r.version}" for r in c.rewards if r.version)
+            values.append(
+                {
+                    "rewards": c.reward_label,
+                    "versions": versions or "-",
+                    "threshold": f"{c.success_threshold:g}" if c.success_threshold else "-",
+                    "env": f"{c.env or '-'} {c.env_version or ''}".strip(),
+                    "max_steps": str(c.max_steps or "-"),
+                }
+            )
+        differing = [key for key in values[0] if len({v[key] for v in values}) > 1]
+        if "rewards" in differing:  # other rewards have other versions: say it once
+            differing = [key for key in differing if key != "versions"]
+        for column, value in zip(variants, values, strict=True):
+            parts = [f"{key} {value[key]}" for key in differing]
+            column.variant = "; ".join(parts) or f"config {column.fingerprint[:8]}"
+
+
+def _rank(cells: list[Cell]) -> list[tuple[Cell, Cell, Pair]]:
     intervals = []
     for cell in cells:
         s = cell.stats.summary
         low, high = s.ci95 if s.ci95 else (None, None)
         intervals.append((s.mean_reward, low, high))
-    for cell, rank in zip(cells, rank_with_ties(intervals), strict=True):
+    ranks, tied, pairs = rank_paired([task_means(c.stats.per_task) for c in cells], intervals)
+    for cell, rank, others in zip(cells, ranks, tied, strict=True):
         cell.rank = rank
-    for cell in cells:
-        if cell.stats.summary.mean_reward is None:
-            continue
-        mine = cell.stats.summary.ci95 or (None, None)
-        cell.tied_with = sorted(
-            (
-                other.model
-                for other in cells
-                if other is not cell
-                and other.stats.summary.mean_reward is not None
-                and overlaps(mine, other.stats.summary.ci95 or (None, None))
-            ),
-            key=lambda m: m.label,
-        )
+        cell.tied_with = sorted((cells[j].model for j in others), key=lambda m: m.label)
+    return [(cells[p.first], cells[p.second], p) for p in pairs]
 
 
 def _cell_order(cell: Cell) -> tuple[object, ...]:

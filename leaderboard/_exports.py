@@ -145,7 +145,9 @@ def model_index(cell: Cell) -> str:
     """The Hugging Face model-card ``model-index`` YAML of one (model, taskset) cell.
 
     ``dataset.revision`` is the taskset's resolved Hub commit; a taskset that was not loaded from
-    the Hub has none, and its content fingerprint is given under ``dataset.args`` instead.
+    the Hub has none, and its content fingerprint is given under ``dataset.args`` instead, beside
+    the cell's configuration fingerprint and reward specs (one entry per configuration: a
+    taskset scored two ways gives two). Each reward component gets its own metric.
 
     Args:
         cell: The cell.
@@ -163,7 +165,12 @@ def model_index(cell: Cell) -> str:
     if column.revision_kind == "commit":
         dataset["revision"] = column.revision
     dataset["split"] = column.split
-    dataset["args"] = {"taskhub_fingerprint": manifest.taskset.fingerprint}
+    config = column.comparability
+    dataset["args"] = {
+        "taskhub_fingerprint": manifest.taskset.fingerprint,
+        "taskhub_config": cell.fingerprint,
+        "rewards": ", ".join(r.spec for r in config.rewards),
+    }
     metrics: list[dict[str, Any]] = []
     if summary.mean_reward is not None:
         interval = (
@@ -186,6 +193,17 @@ def model_index(cell: Cell) -> str:
         )
     for name, value in summary.pass_at_k.items():
         metrics.append({"type": name, "value": round(value, 4), "name": f"{name} (unbiased)"})
+    if len(summary.components) > 1:
+        for component in summary.components:
+            if component.mean is None:
+                continue
+            metrics.append(
+                {
+                    "type": f"reward/{component.name}",
+                    "value": round(component.mean, 4),
+                    "name": f"Reward component {component.name} (n={component.n})",
+                }
+            )
     envs = sorted({r.env.name for r in cell.runs if r.env is not None})
     document = {
         "model-index": [

@@ -91,6 +91,7 @@ def build_site(
     page_size: int | None = None,
     chunk_size: int = CHUNK_SIZE,
     part_bytes: int = PART_BYTES,
+    group_by: str | None = None,
 ) -> SiteInfo:
     """Build the static leaderboard site of ``sources`` into ``out``.
 
@@ -108,6 +109,8 @@ def build_site(
         chunk_size: Episodes per index file of the episode browser.
         part_bytes: Bytes of JSON a data table's file holds at most (larger tables are
             written in parts).
+        group_by: A task field (``metadata.family``, ``difficulty``...) to break every
+            (model, taskset) cell down by, with per-group intervals.
 
     Returns:
         What was written.
@@ -137,7 +140,7 @@ def build_site(
             writers[run.slug] = writer
             return writer
 
-        board = assemble(inputs, validate=validate, episodes=run_episodes)
+        board = assemble(inputs, validate=validate, episodes=run_episodes, group_by=group_by)
         files = {slug: writer.close() for slug, writer in writers.items()}
     assets = out / "assets"
     assets.mkdir()
@@ -355,6 +358,69 @@ class _Renderer:
                 for cell in column.cells
             ]
         )
+        pairs_path = self._table(
+            f"Paired comparisons: {column.label}",
+            f"tasksets/{column.slug}.pairs",
+            [
+                {
+                    "first": first.model.label,
+                    "second": second.model.label,
+                    "difference": pair.difference,
+                    "ci95_low": pair.ci95[0] if pair.ci95 else None,
+                    "ci95_high": pair.ci95[1] if pair.ci95 else None,
+                    "shared_tasks": pair.tasks,
+                    "method": "paired" if pair.paired else "intervals",
+                }
+                for first, second, pair in column.pairs
+            ],
+            ["first", "second", "difference", "ci95_low", "ci95_high", "shared_tasks", "method"],
+        )
+        component_columns = [
+            "model", "component", "weight", "gate", "range", "n", "errors", "mean", "stderr",
+            "ci95_low", "ci95_high",
+        ]  # fmt: skip
+        components_path = self._table(
+            f"Reward components: {column.label}",
+            f"tasksets/{column.slug}.components",
+            [
+                {
+                    "model": cell.model.label,
+                    "component": c["name"],
+                    **{k: c[k] for k in ("weight", "gate", "range", "n", "errors", "mean")},
+                    "stderr": c["stderr"],
+                    "ci95_low": c["ci95"][0] if c["ci95"] else None,
+                    "ci95_high": c["ci95"][1] if c["ci95"] else None,
+                }
+                for cell in column.cells
+                for c in cell.stats.components
+            ],
+            component_columns,
+        )
+        groups = [
+            {
+                "model": cell.model.label,
+                "group": g.value,
+                "n_tasks": g.n_tasks,
+                "n_episodes": g.n_episodes,
+                "mean_reward": g.mean_reward,
+                "ci95_low": g.ci95[0] if g.ci95 else None,
+                "ci95_high": g.ci95[1] if g.ci95 else None,
+                "success_rate": g.success_rate,
+                "success_ci95_low": g.success_ci95[0] if g.success_ci95 else None,
+                "success_ci95_high": g.success_ci95[1] if g.success_ci95 else None,
+            }
+            for cell in column.cells
+            for g in cell.groups
+        ]
+        groups_path = (
+            self._table(
+                f"By {self.board.group_by}: {column.label}",
+                f"tasksets/{column.slug}.groups",
+                groups,
+            )
+            if self.board.group_by is not None
+            else ""
+        )
         tasks = _task_difficulty(column)
         wide = tasks.drop(columns=["per_model"]).copy()
         for cell in column.cells:
@@ -384,6 +450,12 @@ class _Renderer:
             tasks_shown=len(shown),
             tasks_total=len(tasks),
             task_models=task_models,
+            pairs_path=pairs_path,
+            components_path=components_path,
+            component_cells=[c for c in column.cells if len(c.stats.components) > 1],
+            groups=groups,
+            groups_path=groups_path,
+            group_field=self.board.group_by,
         )
 
     def _model(self, model: ModelRow) -> None:
@@ -539,6 +611,10 @@ def _cell_row(cell: Cell) -> dict[str, Any]:
         "split": cell.column.split,
         "revision_kind": cell.column.revision_kind,
         "revision": cell.column.revision,
+        "variant": cell.column.variant or None,
+        "rewards": [r.spec for r in cell.column.comparability.rewards],
+        "reward_range": list(s.reward_range) if s.reward_range else None,
+        "fingerprint": cell.fingerprint,
         "rank": cell.rank or None,
         "tied_with": [m.label for m in cell.tied_with],
         "n_episodes": s.n_episodes,
@@ -551,6 +627,16 @@ def _cell_row(cell: Cell) -> dict[str, Any]:
         "success_rate": s.success_rate,
         "success_ci95_low": s.success_ci95[0] if s.success_ci95 else None,
         "success_ci95_high": s.success_ci95[1] if s.success_ci95 else None,
+        "interval": s.interval,
+        "components": [
+            {
+                "name": c.name,
+                "mean": c.mean,
+                "ci95_low": c.ci95[0] if c.ci95 else None,
+                "ci95_high": c.ci95[1] if c.ci95 else None,
+            }
+            for c in s.components
+        ],
     }
     for name in ("pass@1", "pass@2", "pass@4", "pass@8", "pass@16", "pass@32"):
         row[name] = s.pass_at_k.get(name)
@@ -576,6 +662,7 @@ def _run_row(run: RunEntry) -> dict[str, Any]:
         "split": m.split,
         "revision_kind": run.column.revision_kind,
         "revision": run.column.revision,
+        "fingerprint": run.comparability.fingerprint,
         "env": run.env.name if run.env else None,
         "n_planned": m.n_planned,
         "n_episodes": s.n_episodes,

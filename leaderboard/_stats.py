@@ -19,7 +19,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from taskhub import OUTCOMES, RunSummary, mean_ci, pass_at_k, success_interval
+from taskhub import (
+    OUTCOMES,
+    Comparability,
+    RunSummary,
+    bounded_mean_ci,
+    component_summaries,
+    mean_ci,
+    paired_difference,
+    pass_at_k,
+    success_interval,
+)
 
 #: Columns of ``read_results_table`` the statistics read.
 STAT_COLUMNS = (
@@ -32,6 +42,8 @@ STAT_COLUMNS = (
     "prompt_tokens",
     "completion_tokens",
     "model_calls",
+    "cache_hits",
+    "cache_misses",
     "duration_s",
     "env_time_s",
     "model_time_s",
@@ -50,20 +62,27 @@ class Stats:
     """One row per task, sorted by id: ``task_id``, ``n``, ``scored``, ``rewarded``,
     ``mean_reward``, ``judged``, ``successes``, ``pass_rate``."""
     components: list[dict[str, Any]]
-    """Per reward component: ``name``, ``n`` (computed values), ``mean``, ``errors``."""
+    """Per reward component: ``name``, ``weight``, ``gate``, ``range``, ``n`` (computed values),
+    ``errors``, ``mean``, ``stderr``, ``ci95`` (as in ``RunSummary.components``)."""
     env_requests: int
     """Requests to the env (a reset and every step) of episodes that were not infra errors."""
     env_time_s: float
     """Seconds those requests took."""
 
 
-def summarize_table(table: pa.Table, *, n_planned: int | None = None) -> Stats:
+def summarize_table(
+    table: pa.Table,
+    *,
+    n_planned: int | None = None,
+    comparability: Comparability | None = None,
+) -> Stats:
     """Compute the statistics of the episodes in ``table``.
 
     Args:
         table: Rows of ``taskhub.read_results_table`` (at least ``STAT_COLUMNS``), from one run or
             several runs pooled (their samples of a task add up for pass@k).
         n_planned: Episodes planned, reported as is.
+        comparability: The runs' configuration: its reward ranges bound the intervals.
 
     Returns:
         The statistics.
@@ -75,7 +94,14 @@ def summarize_table(table: pa.Table, *, n_planned: int | None = None) -> Stats:
     has_reward = _valid(table["reward"])
     reward = pc.fill_null(table["reward"], 0.0).to_numpy()
     rewarded = reward[has_reward].tolist()
-    mean, stderr, low, high = mean_ci(rewarded, task_ids[has_reward].tolist())
+    total_range = comparability.reward_range if comparability else None
+    ranges = {r.spec: r.range for r in comparability.rewards} if comparability else {}
+    if total_range is not None:
+        mean, stderr, low, high = bounded_mean_ci(
+            rewarded, task_ids[has_reward].tolist(), *total_range
+        )
+    else:
+        mean, stderr, low, high = mean_ci(rewarded, task_ids[has_reward].tolist())
     judged = _valid(table["success"])
     success = pc.fill_null(table["success"], False).to_numpy(zero_copy_only=False)
     successes = int(success.sum())
@@ -159,14 +185,24 @@ def summarize_table(table: pa.Table, *, n_planned: int | None = None) -> Stats:
         model_time_s=model_time,
         queue_time_s=math.fsum(table["queue_time_s"].to_numpy().tolist()),
         tokens_per_s=completion / model_time if completion and model_time > 0 else None,
+        reward_range=total_range,
+        interval="t" if total_range is None else "bounded",
+        components=_components(table, task_ids, ranges),
+        model_cache=_cache(table),
     )
     return Stats(
         summary=summary,
         per_task=per_task,
-        components=_components(table),
+        components=[c.model_dump(mode="json") for c in summary.components],
         env_requests=int((steps[not_infra] + 1).sum()),
         env_time_s=math.fsum(env_time[not_infra].tolist()),
     )
+
+
+def _cache(table: pa.Table) -> dict[str, int] | None:
+    hits = int(pc.sum(table["cache_hits"]).as_py() or 0)
+    misses = int(pc.sum(table["cache_misses"]).as_py() or 0)
+    return {"hits": hits, "misses": misses} if hits or misses else None
 
 
 def _valid(column: pa.ChunkedArray | pa.Array) -> np.ndarray[Any, np.dtype[np.bool_]]:
@@ -174,30 +210,27 @@ def _valid(column: pa.ChunkedArray | pa.Array) -> np.ndarray[Any, np.dtype[np.bo
     return result
 
 
-def _components(table: pa.Table) -> list[dict[str, Any]]:
-    values = pc.list_flatten(table["reward_components"])
+def _components(
+    table: pa.Table,
+    task_ids: np.ndarray[Any, Any],
+    ranges: dict[str, tuple[float, float] | None],
+) -> list[Any]:
+    column = table["reward_components"]
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    values = pc.list_flatten(column)
     if len(values) == 0:
         return []
-    flat = pa.table(
-        {
-            "name": pc.struct_field(values, "name"),
-            "value": pc.struct_field(values, "value"),
-            "error": pc.struct_field(values, "error"),
-        }
+    rows = pc.list_parent_indices(column).to_numpy()
+    return component_summaries(
+        pc.struct_field(values, "name").to_pylist(),
+        pc.struct_field(values, "value").to_pylist(),
+        pc.struct_field(values, "error").is_valid().to_pylist(),
+        task_ids[rows].tolist(),
+        pc.struct_field(values, "weight").to_pylist(),
+        pc.struct_field(values, "gate").to_pylist(),
+        ranges=ranges,
     )
-    rows = []
-    for name in sorted(set(flat["name"].to_pylist())):
-        part = flat.filter(pc.equal(flat["name"], name))
-        computed = part["value"].drop_null().to_numpy().tolist()
-        rows.append(
-            {
-                "name": name,
-                "n": len(computed),
-                "mean": math.fsum(computed) / len(computed) if computed else None,
-                "errors": part.num_rows - part["error"].null_count,
-            }
-        )
-    return rows
 
 
 def rank_with_ties(intervals: list[tuple[float | None, float | None, float | None]]) -> list[int]:
@@ -231,3 +264,86 @@ def overlaps(a: tuple[float | None, float | None], b: tuple[float | None, float 
         return True
     assert a_low is not None and a_high is not None and b_low is not None and b_high is not None
     return a_low <= b_high and b_low <= a_high
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A paired comparison of two cells of one column: ``difference`` is ``first - second``."""
+
+    first: int
+    second: int
+    difference: float | None
+    ci95: tuple[float, float] | None
+    tasks: int
+    """Tasks both ran (paired when at least two)."""
+
+    @property
+    def paired(self) -> bool:
+        """Whether the comparison is paired (else it compares the two intervals)."""
+        return self.tasks >= 2 and self.ci95 is not None
+
+
+def task_means(per_task: pd.DataFrame) -> dict[str, float]:
+    """Task id -> mean reward of a ``Stats.per_task`` frame (tasks without a reward left out)."""
+    known = per_task[per_task["rewarded"] > 0]
+    return dict(
+        zip(known["task_id"].tolist(), known["mean_reward"].astype(float).tolist(), strict=True)
+    )
+
+
+def rank_paired(
+    means: list[dict[str, float]],
+    intervals: list[tuple[float | None, float | None, float | None]],
+) -> tuple[list[int], list[list[int]], list[Pair]]:
+    """Rank entries that share tasks by paired differences, the others by their intervals.
+
+    For two entries that both ran at least two of the same tasks, one is better beyond doubt
+    when the 95% interval of the paired difference of per-task mean reward (``taskhub``'s
+    ``paired_difference``: a t interval over the shared tasks) lies entirely above 0. Entries
+    that share fewer tasks fall back to ``rank_with_ties``' rule (one interval entirely above
+    the other). An entry's rank is 1 plus the number of entries better than it beyond doubt;
+    it is tied with every entry neither better nor worse beyond doubt.
+
+    Args:
+        means: Per entry, its per-task mean rewards (``task_means``).
+        intervals: Per entry, ``(mean, ci_low, ci_high)`` of its mean reward.
+
+    Returns:
+        The ranks (0 for an entry without a mean), each entry's tied entries (indices), and
+        every pairwise comparison (first < second).
+    """
+    count = len(means)
+    better = [[False] * count for _ in range(count)]  # better[i][j]: i beats j
+    pairs: list[Pair] = []
+    for i in range(count):
+        for j in range(i + 1, count):
+            if intervals[i][0] is None or intervals[j][0] is None:
+                continue
+            diff, _, low, high, shared = paired_difference(means[j], means[i])
+            ci = (low, high) if low is not None and high is not None else None
+            pair = Pair(i, j, diff, ci, shared)
+            pairs.append(pair)
+            if pair.paired:
+                assert ci is not None
+                better[i][j] = ci[0] > 0
+                better[j][i] = ci[1] < 0
+            else:
+                (_, low_i, high_i), (_, low_j, high_j) = intervals[i], intervals[j]
+                better[i][j] = low_i is not None and high_j is not None and low_i > high_j
+                better[j][i] = low_j is not None and high_i is not None and low_j > high_i
+    ranks: list[int] = []
+    tied: list[list[int]] = []
+    for i in range(count):
+        if intervals[i][0] is None:
+            ranks.append(0)
+            tied.append([])
+            continue
+        ranks.append(1 + sum(1 for j in range(count) if better[j][i]))
+        tied.append(
+            [
+                j
+                for j in range(count)
+                if j != i and intervals[j][0] is not None and not better[i][j] and not better[j][i]
+            ]
+        )
+    return ranks, tied, pairs

@@ -2,8 +2,10 @@
 
 A reasoning-gym entry is ``{"question", "answer", "metadata"}`` with the family in
 ``metadata["source_dataset"]``; a taskset row made from one keeps ``answer`` and ``metadata``, so
-the entry is rebuilt from the row. ``reasoning_gym:FAMILY`` names the family for rows that do not
-carry it. Some families' scorers use sympy, so calls run in the reward process pool.
+the entry is rebuilt from the row. A row for OpenEnv's reasoning-gym env names the family in its
+reset kwargs instead (``reset.dataset_name``), where that env reads it. ``reasoning_gym:FAMILY``
+names the family for rows that carry neither. Some families' scorers use sympy, so calls run in
+the reward process pool.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def _families() -> list[str]:
 
 @reward("reasoning_gym", spec_arg="family", range=(0.0, 1.0), version=version_of("reasoning-gym"))
 def reasoning_gym_reward(*, family: str | None = None, timeout_s: float = 10.0) -> RewardFn:
-    """The score_answer of reasoning-gym for the row's family (metadata.source_dataset or ARG)."""
+    """reasoning-gym's score_answer for the row's family (source_dataset, dataset_name or ARG)."""
     check_installed(
         "reasoning_gym", reward="reasoning_gym", package="reasoning-gym", extra="reasoning"
     )
@@ -59,9 +61,12 @@ def reasoning_gym_reward(*, family: str | None = None, timeout_s: float = 10.0) 
         task = episode.task
         name = family or task.metadata.get("source_dataset")
         if not isinstance(name, str):
+            name = episode.reset_payload.get("dataset_name") or task.reset.get("dataset_name")
+        if not isinstance(name, str):
             raise RewardError(
                 f"task {task.task_id!r} names no reasoning-gym family: add "
-                "metadata.source_dataset to the row, or use reasoning_gym:FAMILY"
+                "metadata.source_dataset (or reset.dataset_name) to the row, or use "
+                "reasoning_gym:FAMILY"
             )
         if task.answer is None:
             raise RewardError(f"task {task.task_id!r} has no reference answer for reasoning_gym")

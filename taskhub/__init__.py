@@ -8,6 +8,8 @@ directory with full provenance.
 from __future__ import annotations
 
 from taskhub._agent import parse_action
+from taskhub._comparability import comparability, describe_differences, total_range
+from taskhub._compare import RunComparison, TaskChange, compare_runs
 from taskhub._episode import EpisodePlan, plan_episode, record_episode
 from taskhub._errors import (
     AgentFormatError,
@@ -41,14 +43,20 @@ from taskhub._ray import RayExecutor, WorkerInfo, connect_ray
 from taskhub._registry import create, model_backend, registry, reward, validator
 from taskhub._rescore import rescore, rescore_async, rescore_record, rescore_records
 from taskhub._results import (
+    ComponentSummary,
+    GroupSummary,
     Run,
     RunSummary,
     TaskSummary,
+    component_summaries,
+    group_summaries,
     iter_results,
     read_manifest,
     read_results,
     read_run,
     summarize,
+    summarize_groups,
+    task_field,
     write_manifest,
     write_results,
 )
@@ -58,6 +66,7 @@ from taskhub._results_table import (
     iter_results_tables,
     read_results_table,
     results_schema,
+    task_field_column,
 )
 from taskhub._rewards import (
     BoundReward,
@@ -72,6 +81,7 @@ from taskhub._rewards import (
 from taskhub._runner import (
     EpisodeWorker,
     Progress,
+    RunInterrupted,
     RunResult,
     evaluate,
     evaluate_async,
@@ -87,6 +97,7 @@ from taskhub._schema import (
     CheckLevel,
     CheckResult,
     CheckStatus,
+    Comparability,
     EnvInfo,
     EpisodeRecord,
     ErrorInfo,
@@ -97,6 +108,7 @@ from taskhub._schema import (
     Outcome,
     PluginSpec,
     RewardComponent,
+    RewardInfo,
     RunManifest,
     SamplingParams,
     Severity,
@@ -113,7 +125,15 @@ from taskhub._schema import (
     WireDialect,
     canonical_json,
 )
-from taskhub._stats import mean_ci, pass_at_k, success_interval, wilson_interval
+from taskhub._stats import (
+    bounded_mean_ci,
+    mcnemar_exact,
+    mean_ci,
+    paired_difference,
+    pass_at_k,
+    success_interval,
+    wilson_interval,
+)
 from taskhub._taskset import Taskset, builtin_tasksets, load_taskset, read_card
 from taskhub._tools import Toolbox
 from taskhub._urls import redact_url
@@ -140,6 +160,8 @@ __all__ = [
     "CheckLevel",
     "CheckResult",
     "CheckStatus",
+    "Comparability",
+    "ComponentSummary",
     "ConfigError",
     "EnvCapacityError",
     "EnvClosedError",
@@ -160,6 +182,7 @@ __all__ = [
     "Executor",
     "ExecutorError",
     "ExecutorInfo",
+    "GroupSummary",
     "Lane",
     "MergeResult",
     "MissingDependencyError",
@@ -183,9 +206,12 @@ __all__ = [
     "RewardComponent",
     "RewardError",
     "RewardFn",
+    "RewardInfo",
     "RewardSet",
     "RewardSpec",
     "Run",
+    "RunComparison",
+    "RunInterrupted",
     "RunManifest",
     "RunResult",
     "RunSummary",
@@ -197,6 +223,7 @@ __all__ = [
     "StepRecord",
     "Task",
     "TaskApiUnsupported",
+    "TaskChange",
     "TaskSummary",
     "TaskhubError",
     "Taskset",
@@ -216,22 +243,30 @@ __all__ = [
     "WireDialect",
     "WorkerInfo",
     "__version__",
+    "bounded_mean_ci",
     "build_reward",
     "builtin_tasksets",
     "canonical_json",
+    "comparability",
+    "compare_runs",
+    "component_summaries",
     "connect_ray",
     "create",
+    "describe_differences",
     "describe_taskset",
     "evaluate",
     "evaluate_async",
+    "group_summaries",
     "index_results",
     "init_taskset",
     "iter_results",
     "iter_results_tables",
     "load_taskset",
+    "mcnemar_exact",
     "mean_ci",
     "merge_runs",
     "model_backend",
+    "paired_difference",
     "parse_action",
     "pass_at_k",
     "plan_episode",
@@ -260,6 +295,10 @@ __all__ = [
     "select_tasks",
     "success_interval",
     "summarize",
+    "summarize_groups",
+    "task_field",
+    "task_field_column",
+    "total_range",
     "total_reward",
     "validator",
     "wilson_interval",

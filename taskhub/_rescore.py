@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from taskhub._comparability import build_comparability, reward_infos
 from taskhub._errors import ConfigError, ResultsError
 from taskhub._lock import RunLock
 from taskhub._results import (
@@ -245,7 +246,7 @@ async def rescore_async(
         config = parent.config.model_copy(
             update={"rewards": [s.strip() for s in rewards], "success_threshold": success_threshold}
         )
-        return parent.model_copy(
+        derived = parent.model_copy(
             update={
                 "run_id": run_id,
                 "taskhub_version": __version__,
@@ -264,8 +265,12 @@ async def rescore_async(
                 "argv": argv,
                 "sessions": [started],
                 "parent_run": parent.run_id,
+                "success_threshold": success_threshold,
             }
         )
+        infos, reward_range = reward_infos([bound])
+        derived.comparability = build_comparability(derived, infos, reward_range)
+        return derived
 
     lock = RunLock(target).acquire()  # one writer per run directory
     if (target / "run.json").exists():
@@ -300,7 +305,8 @@ async def rescore_async(
             lock.release()
     final = read_manifest(target)
     table = read_results_table(target, columns=SUMMARY_COLUMNS)
-    return RunResult(target, final, summarize(table, n_planned=total))
+    summary = summarize(table, n_planned=total, comparability=final.comparability)
+    return RunResult(target, final, summary)
 
 
 def rescore(source: Path | str, rewards: Sequence[str], **kwargs: Any) -> RunResult:

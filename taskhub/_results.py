@@ -15,15 +15,17 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from taskhub._errors import ResultsError
 from taskhub._results_table import EPISODES as EPISODES
-from taskhub._results_table import IndexWriter
-from taskhub._schema import OUTCOMES, EpisodeRecord, RunManifest
-from taskhub._stats import mean_ci, pass_at_k, success_interval
+from taskhub._results_table import MISSING_GROUP as MISSING_GROUP
+from taskhub._results_table import IndexWriter, task_field_column
+from taskhub._results_table import task_field as task_field
+from taskhub._schema import OUTCOMES, Comparability, EpisodeRecord, RunManifest
+from taskhub._stats import interval, pass_at_k, success_interval
 
 if TYPE_CHECKING:
     import pyarrow
@@ -261,6 +263,109 @@ class TaskSummary(BaseModel):
     pass_rate: float | None
 
 
+class ComponentSummary(BaseModel):
+    """One reward component of a run: its mean and interval beside the total's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    weight: float = 1.0
+    gate: bool = False
+    range: tuple[float, float] | None = None
+    n: int
+    errors: int = 0
+    mean: float | None = None
+    stderr: float | None = None
+    ci95: tuple[float, float] | None = None
+
+
+def component_summaries(
+    names: Sequence[str],
+    values: Sequence[float | None],
+    errored: Sequence[bool],
+    tasks: Sequence[str],
+    weights: Sequence[float],
+    gates: Sequence[bool],
+    ranges: dict[str, tuple[float, float] | None] | None = None,
+) -> list[ComponentSummary]:
+    """Summarize reward components given as flat columns (one entry per component value).
+
+    Args:
+        names: Each value's component (its spec).
+        values: The value, None when it was not computed or did not apply.
+        errored: Whether the component failed on that episode.
+        tasks: The task of the episode it belongs to (intervals are clustered by task).
+        weights: The component's weight.
+        gates: Whether the component is a gate.
+        ranges: Declared range of each component, by spec (bounded intervals where known).
+
+    Returns:
+        One summary per component, sorted by name.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = len(names)
+    if not len(values) == len(errored) == len(tasks) == len(weights) == len(gates) == count:
+        raise ValueError("component_summaries needs columns of one length")
+    task_codes = pc.dictionary_encode(pa.array(list(tasks), pa.string())).indices
+    return _component_summaries(
+        pa.array(list(names), pa.string()),
+        pa.array(list(values), pa.float64()),
+        np.asarray(errored, dtype=bool).reshape(count),
+        task_codes.to_numpy(zero_copy_only=False),
+        np.asarray(weights, dtype=np.float64).reshape(count),
+        np.asarray(gates, dtype=bool).reshape(count),
+        ranges or {},
+    )
+
+
+def _component_summaries(
+    names: pyarrow.Array,
+    values: pyarrow.Array,
+    errored: Any,
+    clusters: Any,
+    weights: Any,
+    gates: Any,
+    ranges: dict[str, tuple[float, float] | None],
+) -> list[ComponentSummary]:
+    """``component_summaries`` of Arrow and numpy columns (``clusters``: task codes)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if len(names) == 0:
+        return []
+    encoded = pc.dictionary_encode(names)
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    labels: list[str] = encoded.dictionary.to_pylist()
+    computed = values.is_valid().to_numpy(zero_copy_only=False) & ~errored
+    numbers = pc.fill_null(values, 0.0).to_numpy(zero_copy_only=False)
+    out = []
+    for code in sorted(range(len(labels)), key=labels.__getitem__):
+        rows = codes == code
+        first = int(np.argmax(rows))  # weight and gate as the component's first value has them
+        picked = rows & computed
+        bounds = ranges.get(labels[code])
+        mean, stderr, low, high = interval(
+            numbers[picked].tolist(), clusters[picked].tolist(), bounds
+        )
+        out.append(
+            ComponentSummary(
+                name=labels[code],
+                weight=float(weights[first]),
+                gate=bool(gates[first]),
+                range=bounds,
+                n=int(picked.sum()),
+                errors=int((rows & errored).sum()),
+                mean=mean,
+                stderr=stderr,
+                ci95=(low, high) if low is not None and high is not None else None,
+            )
+        )
+    return out
+
+
 class RunSummary(BaseModel):
     """What a run measured, with the denominators that make the numbers honest.
 
@@ -270,7 +375,12 @@ class RunSummary(BaseModel):
 
     ``stderr``, ``ci95`` and ``success_ci95`` treat tasks, not episodes, as the independent
     draws once a task has several samples (cluster-robust, see ``mean_ci``); with one sample per
-    task they are the usual i.i.d. interval and the Wilson interval of the success rate.
+    task they are the usual i.i.d. interval and the Wilson interval of the success rate. When
+    the total reward has a known range (``reward_range``: its components declare theirs),
+    ``ci95`` is the bounded interval of ``taskhub._stats.bounded_mean_ci``, which stays inside
+    it (``interval`` says which method gave ``ci95``: ``t`` or ``bounded``). ``model_cache``
+    counts the model calls answered from the model-call cache and those it did not hold, when
+    the run used one.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -298,6 +408,19 @@ class RunSummary(BaseModel):
     """Seconds model calls waited for the model (a local model serves one call at a time)."""
     tokens_per_s: float | None = None
     """Completion tokens per second of model time; None without tokens or model time."""
+    reward_range: tuple[float, float] | None = None
+    interval: str = "t"
+    components: list[ComponentSummary] = Field(default_factory=list)
+    model_cache: dict[str, int] | None = None
+
+
+def ranges_of(
+    comparability: Comparability | None,
+) -> tuple[tuple[float, float] | None, dict[str, tuple[float, float] | None]]:
+    """The total's range and each component's declared range, from a run's comparability."""
+    if comparability is None:
+        return None, {}
+    return comparability.reward_range, {r.spec: r.range for r in comparability.rewards}
 
 
 #: Columns of ``read_results_table`` that ``summarize`` reads.
@@ -310,9 +433,12 @@ SUMMARY_COLUMNS = (
     "prompt_tokens",
     "completion_tokens",
     "model_calls",
+    "cache_hits",
+    "cache_misses",
     "duration_s",
     "model_time_s",
     "queue_time_s",
+    "reward_components",
 )
 
 
@@ -324,6 +450,13 @@ def _summary_table(records: Sequence[EpisodeRecord] | pyarrow.Table) -> pyarrow.
 
     schema = results_schema(SUMMARY_COLUMNS)
     if not isinstance(records, Sequence):
+        missing = [c for c in SUMMARY_COLUMNS if c not in records.column_names]
+        if missing:
+            raise ValueError(
+                f"summarize needs the columns {list(SUMMARY_COLUMNS)} of a results table; this "
+                f"one lacks {missing}: read it with read_results_table(path, "
+                "columns=SUMMARY_COLUMNS)"
+            )
         return records.select(list(SUMMARY_COLUMNS)).cast(schema)
     return pa.Table.from_pydict(
         {
@@ -335,16 +468,34 @@ def _summary_table(records: Sequence[EpisodeRecord] | pyarrow.Table) -> pyarrow.
             "prompt_tokens": [r.usage.prompt_tokens for r in records],
             "completion_tokens": [r.usage.completion_tokens for r in records],
             "model_calls": [r.usage.calls for r in records],
+            "cache_hits": [r.usage.cache_hits for r in records],
+            "cache_misses": [r.usage.cache_misses for r in records],
             "duration_s": [r.duration_s for r in records],
             "model_time_s": [r.model_time_s for r in records],
             "queue_time_s": [r.queue_time_s for r in records],
+            "reward_components": [
+                [
+                    {
+                        "name": c.name,
+                        "value": c.value,
+                        "weight": c.weight,
+                        "gate": c.gate,
+                        "error": c.error,
+                    }
+                    for c in r.reward_components
+                ]
+                for r in records
+            ],
         },
         schema=schema,
     )
 
 
 def summarize(
-    records: Sequence[EpisodeRecord] | pyarrow.Table, *, n_planned: int | None = None
+    records: Sequence[EpisodeRecord] | pyarrow.Table,
+    *,
+    n_planned: int | None = None,
+    comparability: Comparability | None = None,
 ) -> RunSummary:
     """Compute the summary statistics of a run's records.
 
@@ -352,9 +503,15 @@ def summarize(
     samples any task has (so each task contributes to every k reported).
 
     Args:
-        records: The records, or their ``read_results_table`` (at least ``SUMMARY_COLUMNS``),
-            which a run of any size fits in (no ``EpisodeRecord`` per episode).
+        records: The records (of a run, or any records to pool), or their
+            ``read_results_table`` (at least ``SUMMARY_COLUMNS``), which a run of any size fits
+            in (no ``EpisodeRecord`` per episode).
         n_planned: Episodes planned, reported as is.
+        comparability: The run's configuration (``taskhub.comparability``): its reward ranges
+            keep the intervals inside them.
+
+    Raises:
+        ValueError: A table lacks one of ``SUMMARY_COLUMNS``.
     """
     import numpy as np
     import pyarrow.compute as pc
@@ -370,9 +527,10 @@ def summarize(
     reward = pc.fill_null(table["reward"], 0.0).to_numpy()
     judged = table["success"].is_valid().to_numpy(zero_copy_only=False)
     success = pc.fill_null(table["success"], False).to_numpy(zero_copy_only=False)
+    total_range, component_ranges = ranges_of(comparability)
     # Tasks are the clusters of the intervals: their codes stand for their ids.
     rewarded = reward[has_reward].tolist()
-    mean, stderr, low, high = mean_ci(rewarded, codes[has_reward].tolist())
+    mean, stderr, low, high = interval(rewarded, codes[has_reward].tolist(), total_range)
     successes = int(success[judged].sum())
     s_low, s_high = success_interval(success[judged].astype(float).tolist(), codes[judged].tolist())
     tasks = len(names)
@@ -437,6 +595,187 @@ def summarize(
         model_time_s=model_time,
         queue_time_s=math.fsum(table["queue_time_s"].to_numpy().tolist()),
         tokens_per_s=completion / model_time if completion and model_time > 0 else None,
+        reward_range=total_range,
+        interval="t" if total_range is None else "bounded",
+        components=_table_components(table, codes, component_ranges),
+        model_cache=_cache_counts(table),
+    )
+
+
+def _cache_counts(table: pyarrow.Table) -> dict[str, int] | None:
+    import pyarrow.compute as pc
+
+    hits = int(pc.sum(table["cache_hits"]).as_py() or 0)
+    misses = int(pc.sum(table["cache_misses"]).as_py() or 0)
+    return {"hits": hits, "misses": misses} if hits or misses else None
+
+
+def _table_components(
+    table: pyarrow.Table, codes: Any, ranges: dict[str, tuple[float, float] | None]
+) -> list[ComponentSummary]:
+    """The summaries of the ``reward_components`` column (``codes``: each row's task code)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return []
+    column = table["reward_components"]
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    values = pc.list_flatten(column)
+    if len(values) == 0:
+        return []
+    rows = pc.list_parent_indices(column).to_numpy()
+    return _component_summaries(
+        pc.struct_field(values, "name"),
+        pc.struct_field(values, "value"),
+        pc.struct_field(values, "error").is_valid().to_numpy(zero_copy_only=False),
+        codes[rows],
+        pc.struct_field(values, "weight").to_numpy(zero_copy_only=False),
+        pc.struct_field(values, "gate").to_numpy(zero_copy_only=False),
+        ranges,
+    )
+
+
+class GroupSummary(BaseModel):
+    """The numbers of the episodes whose task has one value of a field (``--by``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: str
+    n_tasks: int
+    n_episodes: int
+    n_rewarded: int
+    mean_reward: float | None
+    stderr: float | None
+    ci95: tuple[float, float] | None
+    success_rate: float | None
+    success_ci95: tuple[float, float] | None
+
+
+def _column(values: Sequence[Any] | pyarrow.Array | pyarrow.ChunkedArray, kind: Any) -> Any:
+    """An Arrow array of ``kind`` from a sequence or an Arrow (chunked) array."""
+    import pyarrow as pa
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values.cast(kind)
+    return pa.array(list(values), kind)
+
+
+def group_summaries(
+    keys: Sequence[str] | pyarrow.Array | pyarrow.ChunkedArray,
+    tasks: Sequence[str] | pyarrow.Array | pyarrow.ChunkedArray,
+    rewards: Sequence[float | None] | pyarrow.Array | pyarrow.ChunkedArray,
+    successes: Sequence[bool | None] | pyarrow.Array | pyarrow.ChunkedArray,
+    *,
+    reward_range: tuple[float, float] | None = None,
+) -> list[GroupSummary]:
+    """Summarize episodes by group, given as columns (one entry per episode).
+
+    Each group gets the mean reward with its interval (clustered by task, bounded when the
+    range is known) and the success rate with its interval, as the run summary computes them.
+    The columns may be sequences or Arrow arrays (a results table's columns).
+
+    Args:
+        keys: Each episode's group.
+        tasks: Each episode's task id.
+        rewards: Each episode's total reward (None: not rewarded).
+        successes: Each episode's success (None: not judged).
+        reward_range: The total reward's range.
+
+    Returns:
+        One summary per group, sorted by group label (``(none)`` last).
+
+    Raises:
+        ValueError: The columns differ in length.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    key_column = pc.fill_null(_column(keys, pa.string()), MISSING_GROUP)
+    task_column = _column(tasks, pa.string())
+    reward_column = _column(rewards, pa.float64())
+    success_column = _column(successes, pa.bool_())
+    n = len(key_column)
+    if not len(task_column) == len(reward_column) == len(success_column) == n:
+        raise ValueError("group_summaries needs columns of one length")
+    if n == 0:
+        return []
+    encoded = pc.dictionary_encode(key_column)
+    key_codes = encoded.indices.to_numpy(zero_copy_only=False)
+    labels: list[str] = encoded.dictionary.to_pylist()
+    task_codes = pc.dictionary_encode(task_column).indices.to_numpy(zero_copy_only=False)
+    has_reward = reward_column.is_valid().to_numpy(zero_copy_only=False)
+    reward = pc.fill_null(reward_column, 0.0).to_numpy(zero_copy_only=False)
+    judged = success_column.is_valid().to_numpy(zero_copy_only=False)
+    success = pc.fill_null(success_column, False).to_numpy(zero_copy_only=False)
+    out = []
+    for code in sorted(range(len(labels)), key=lambda c: (labels[c] == MISSING_GROUP, labels[c])):
+        rows = key_codes == code
+        picked = rows & has_reward
+        mean, stderr, low, high = interval(
+            reward[picked].tolist(), task_codes[picked].tolist(), reward_range
+        )
+        seen = rows & judged
+        outcomes = success[seen].astype(float).tolist()
+        s_low, s_high = success_interval(outcomes, task_codes[seen].tolist())
+        out.append(
+            GroupSummary(
+                value=labels[code],
+                n_tasks=len(np.unique(task_codes[rows])),
+                n_episodes=int(rows.sum()),
+                n_rewarded=int(picked.sum()),
+                mean_reward=mean,
+                stderr=stderr,
+                ci95=(low, high) if low is not None and high is not None else None,
+                success_rate=math.fsum(outcomes) / len(outcomes) if outcomes else None,
+                success_ci95=(s_low, s_high) if s_low is not None and s_high is not None else None,
+            )
+        )
+    return out
+
+
+def summarize_groups(
+    records: Sequence[EpisodeRecord] | pyarrow.Table,
+    field: str,
+    *,
+    comparability: Comparability | None = None,
+) -> list[GroupSummary]:
+    """``group_summaries`` of a run's records by a task field (see ``task_field``).
+
+    Args:
+        records: The records, or their results table read with ``task_fields=[field]``
+            (``read_results_table``: its ``task.FIELD`` column holds the groups).
+        field: The task field (``metadata.family``, ``difficulty``...).
+        comparability: The run's configuration: its reward range bounds the intervals.
+
+    Raises:
+        ValueError: A table has no ``task.FIELD`` column.
+    """
+    reward_range = comparability.reward_range if comparability else None
+    if isinstance(records, Sequence):
+        return group_summaries(
+            [task_field(r.task, field) for r in records],
+            [r.task_id for r in records],
+            [r.reward for r in records],
+            [r.success for r in records],
+            reward_range=reward_range,
+        )
+    column = task_field_column(field)
+    if column not in records.column_names:
+        raise ValueError(
+            f"the results table has no column {column!r}: read it with "
+            f"read_results_table(path, task_fields=[{field!r}])"
+        )
+    return group_summaries(
+        records[column],
+        records["task_id"],
+        records["reward"],
+        records["success"],
+        reward_range=reward_range,
     )
 
 

@@ -14,24 +14,29 @@ asked for. Two sources feed it:
   raises the error ``read_results`` raises (its line number named).
 
 ``record_json`` (each record's line as stored) is read from the file either way, block by block,
-so that a caller writing every record somewhere (the leaderboard) never holds them all.
+so that a caller writing every record somewhere (the leaderboard) never holds them all. Fields
+of the task rows (``task_fields``, for breakdowns by ``metadata.family``...) come from those
+lines too: each line's ``task`` is decoded and the rest of the record skipped.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import msgspec
 from pydantic import ValidationError
 
 from taskhub._errors import ResultsError
-from taskhub._schema import OUTCOMES, EpisodeRecord
+from taskhub._limits import loads_bounded
+from taskhub._schema import OUTCOMES, EpisodeRecord, Task
 
 if TYPE_CHECKING:
     import pyarrow
@@ -45,6 +50,8 @@ INDEX_SUFFIX = ".index.csv"
 BLOCK_BYTES = 1 << 25
 #: Records per table yielded from the index (bounds the ``record_json`` held at once).
 BATCH_ROWS = 65_536
+#: The group label of tasks that lack a field (``task_field``).
+MISSING_GROUP = "(none)"
 
 #: The columns of a results table, in order.
 RESULT_COLUMNS = (
@@ -68,12 +75,18 @@ RESULT_COLUMNS = (
     "prompt_tokens",
     "completion_tokens",
     "model_calls",
+    "cache_hits",
+    "cache_misses",
     "duration_s",
     "env_time_s",
     "model_time_s",
     "queue_time_s",
     "reward_components",
     "record_json",
+)
+#: Columns read from a record's ``usage``.
+_USAGE_COLUMNS = frozenset(
+    {"prompt_tokens", "completion_tokens", "model_calls", "cache_hits", "cache_misses"}
 )
 #: Columns the index leaves out: long or per-run constant text the summaries do not read.
 _NOT_INDEXED = frozenset({"run_id", "episode_id", "task_hash", "error_message", "record_json"})
@@ -92,6 +105,8 @@ _DEFAULTS: dict[str, object] = {
     "prompt_tokens": 0,
     "completion_tokens": 0,
     "model_calls": 0,
+    "cache_hits": 0,
+    "cache_misses": 0,
     "env_time_s": 0.0,
     "model_time_s": 0.0,
     "queue_time_s": 0.0,
@@ -105,6 +120,7 @@ def _types() -> dict[str, pyarrow.DataType]:
     kinds = {
         "sample": integer, "seed": integer, "attempts": integer, "num_steps": integer,
         "prompt_tokens": integer, "completion_tokens": integer, "model_calls": integer,
+        "cache_hits": integer, "cache_misses": integer,
         "reward": real, "env_reward": real, "duration_s": real, "env_time_s": real,
         "model_time_s": real, "queue_time_s": real, "success": flag, "terminated": flag,
         "truncated": flag,
@@ -161,6 +177,7 @@ def iter_results_tables(
     batch_rows: int = BATCH_ROWS,
     block_bytes: int = BLOCK_BYTES,
     one_per_episode: bool = True,
+    task_fields: Sequence[str] = (),
 ) -> Iterator[pyarrow.Table]:
     """Yield the records of a results file or run directory as Arrow tables, in file order.
 
@@ -180,9 +197,12 @@ def iter_results_tables(
             newest usable one, else the newest (an ``infra_error`` run again with ``--resume
             --retry infra`` stays in the file as history). Finding them reads the key columns
             first, from the index when there is one. ``False`` yields every line.
+        task_fields: Fields of each record's task row to add as columns (see
+            ``read_results_table``).
 
     Yields:
-        Tables with ``columns``, none when the file does not exist or holds no record.
+        Tables with ``columns`` (and those of ``task_fields``), none when the file does not
+        exist or holds no record.
 
     Raises:
         ResultsError: A complete line is not a valid record (its number is named).
@@ -190,8 +210,29 @@ def iter_results_tables(
     """
     path = _results_file(path)
     schema = results_schema(columns)
+    fields = tuple(dict.fromkeys(task_fields))
     if not path.is_file() or path.stat().st_size == 0:
         return
+    read = schema
+    if fields and "record_json" not in schema.names:
+        # task rows are read from the records themselves, block by block
+        read = results_schema([*schema.names, "record_json"])
+    for table in _one_per_episode_tables(
+        path, read, validate, batch_rows, block_bytes, one_per_episode
+    ):
+        if fields:
+            table = _with_task_fields(path, table, fields, keep_json=read is schema)
+        yield table
+
+
+def _one_per_episode_tables(
+    path: Path,
+    schema: pyarrow.Schema,
+    validate: bool,
+    batch_rows: int,
+    block_bytes: int,
+    one_per_episode: bool,
+) -> Iterator[pyarrow.Table]:
     tables = _tables(path, schema, validate, batch_rows, block_bytes)
     if not one_per_episode:
         yield from tables
@@ -209,6 +250,69 @@ def iter_results_tables(
         yield table if mask.all() else table.filter(pa.array(mask))
 
 
+def task_field_column(field: str) -> str:
+    """The name of the column ``task_fields=[field]`` adds to a results table: ``task.FIELD``."""
+    return f"task.{field}"
+
+
+def task_field(task: Task | Mapping[str, object], path: str) -> str:
+    """The value of a task's field as a group label: ``metadata.family``, ``difficulty``...
+
+    A dotted path into the task row; a path whose first part is not a task field is looked up
+    under ``metadata``, then under ``reset`` (so ``family`` finds ``metadata.family`` or
+    ``reset.family``). Values that are not text are given as JSON; a missing one is
+    ``(none)``.
+    """
+    row = task.model_dump(mode="json") if isinstance(task, Task) else task
+    parts = path.split(".")
+    candidates = [parts] if parts[0] in row else [["metadata", *parts], ["reset", *parts]]
+    for candidate in candidates:
+        value: object = row
+        for part in candidate:
+            value = value.get(part) if isinstance(value, dict) else None
+            if value is None:
+                break
+        if value is not None:
+            return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return MISSING_GROUP
+
+
+class _TaskOf(msgspec.Struct):
+    """A record's task row, left as JSON text (the rest of the record is skipped unread)."""
+
+    task: msgspec.Raw
+
+
+_TASK_DECODER = msgspec.json.Decoder(_TaskOf)
+
+
+def _with_task_fields(
+    path: Path, table: pyarrow.Table, fields: Sequence[str], *, keep_json: bool
+) -> pyarrow.Table:
+    """``table`` with a ``task.FIELD`` column per field, read from its ``record_json``."""
+    import numpy as np
+    import pyarrow as pa
+
+    labels: list[list[str]] = [[] for _ in fields]
+    for chunk in table["record_json"].chunks:
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64)
+        offsets = offsets[chunk.offset : chunk.offset + len(chunk) + 1]
+        data = memoryview(chunk.buffers()[2])
+        for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+            try:
+                row = loads_bounded(bytes(_TASK_DECODER.decode(data[start:end]).task))
+            except (msgspec.DecodeError, ValueError) as exc:
+                raise ResultsError(
+                    f"{path}: a record's task row cannot be read ({exc}); check the file with "
+                    f"taskhub results show {path} after validating it"
+                ) from None
+            for values, field in zip(labels, fields, strict=True):
+                values.append(task_field(row, field))
+    for values, field in zip(labels, fields, strict=True):
+        table = table.append_column(task_field_column(field), pa.array(values, pa.string()))
+    return table if keep_json else table.drop_columns(["record_json"])
+
+
 def _tables(
     path: Path, schema: pyarrow.Schema, validate: bool, batch_rows: int, block_bytes: int
 ) -> Iterator[pyarrow.Table]:
@@ -223,7 +327,11 @@ def _tables(
 
 
 def read_results_table(
-    path: Path, *, validate: bool = False, columns: Sequence[str] | None = None
+    path: Path,
+    *,
+    validate: bool = False,
+    columns: Sequence[str] | None = None,
+    task_fields: Sequence[str] = (),
 ) -> pyarrow.Table:
     """Return the records of a results file or run directory as an Arrow table, in file order.
 
@@ -236,11 +344,16 @@ def read_results_table(
     Columns: ``run_id``, ``episode_id``, ``task_id``, ``task_hash``, ``split``, ``sample``,
     ``seed``, ``outcome``, ``reward``, ``success``, ``env_reward``, ``error_type``,
     ``error_message``, ``attempts``, ``terminated``, ``truncated``, ``num_steps``,
-    ``prompt_tokens``, ``completion_tokens``, ``model_calls``, ``duration_s``, ``env_time_s``,
-    ``model_time_s``, ``queue_time_s``, ``reward_components`` (list of ``name``, ``value``,
-    ``weight``, ``gate``, ``error``) and ``record_json``: the record's line as stored, without
-    its line break. Ask for fewer with ``columns``: a summary that needs no ``record_json``
-    reads far less.
+    ``prompt_tokens``, ``completion_tokens``, ``model_calls``, ``cache_hits``, ``cache_misses``,
+    ``duration_s``, ``env_time_s``, ``model_time_s``, ``queue_time_s``, ``reward_components``
+    (list of ``name``, ``value``, ``weight``, ``gate``, ``error``) and ``record_json``: the
+    record's line as stored, without its line break. Ask for fewer with ``columns``: a summary
+    that needs no ``record_json`` reads far less.
+
+    ``task_fields`` adds a string column ``task.FIELD`` per field: the value of each record's
+    task row as ``task_field`` gives it (``metadata.family``; ``(none)`` when missing). The
+    index holds no task rows: these are read from the records, block by block, skipping the
+    rest of each record.
 
     The fast path checks that the file is UTF-8 JSON, one object per line, and the types and
     presence of the fields it returns; a file that fails any of that goes through
@@ -253,6 +366,7 @@ def read_results_table(
         path: An ``episodes.jsonl`` file or a run directory.
         validate: Validate every record in full.
         columns: Columns to return (all of them by default), in the order given.
+        task_fields: Task fields to add as columns (after ``columns``), in the order given.
 
     Returns:
         A ``pyarrow.Table``, one row per episode (see ``iter_results_tables``); empty when the
@@ -264,9 +378,14 @@ def read_results_table(
     """
     import pyarrow as pa
 
-    tables = list(iter_results_tables(path, columns=columns, validate=validate))
+    tables = list(
+        iter_results_tables(path, columns=columns, validate=validate, task_fields=task_fields)
+    )
     if not tables:
-        return results_schema(columns).empty_table()
+        empty = results_schema(columns).empty_table()
+        for field in dict.fromkeys(task_fields):
+            empty = empty.append_column(task_field_column(field), pa.array([], pa.string()))
+        return empty
     return pa.concat_tables(tables).combine_chunks()
 
 
@@ -402,6 +521,8 @@ def _parse_schema() -> pyarrow.Schema:
                     ("prompt_tokens", pa.int64()),
                     ("completion_tokens", pa.int64()),
                     ("calls", pa.int64()),
+                    ("cache_hits", pa.int64()),
+                    ("cache_misses", pa.int64()),
                 ]
             ),
         ),
@@ -457,7 +578,7 @@ def _parse_block(
             array: Any = lines
         elif name in ("error_type", "error_message"):
             array = pc.struct_field(parsed["error"].chunk(0), name.removeprefix("error_"))
-        elif name in ("prompt_tokens", "completion_tokens", "model_calls"):
+        elif name in _USAGE_COLUMNS:
             field = "calls" if name == "model_calls" else name
             array = pc.struct_field(parsed["usage"].chunk(0), field)
         elif name == "reward_components":
@@ -527,6 +648,8 @@ def record_columns(record: EpisodeRecord) -> dict[str, Any]:
         prompt_tokens=record.usage.prompt_tokens,
         completion_tokens=record.usage.completion_tokens,
         model_calls=record.usage.calls,
+        cache_hits=record.usage.cache_hits,
+        cache_misses=record.usage.cache_misses,
         reward_components=[
             {"name": c.name, "value": c.value, "weight": c.weight, "gate": c.gate, "error": c.error}
             for c in record.reward_components
@@ -549,8 +672,6 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else ""
     if isinstance(value, list):
-        import json
-
         value = json.dumps(value, separators=(",", ":"), allow_nan=False)
     return '"' + str(value).replace('"', '""') + '"'
 

@@ -29,6 +29,7 @@ import httpx
 from pydantic import SecretStr
 
 from taskhub._agent import EpisodeTrace, run_episode
+from taskhub._comparability import build_comparability, reward_infos
 from taskhub._episode import CAPACITY_WAIT_S, EpisodePlan, plan_episode, record_episode
 from taskhub._errors import (
     AgentFormatError,
@@ -78,6 +79,7 @@ from taskhub.env._client import wire_dialect
 from taskhub.env._launch import EnvHandle
 from taskhub.env._pool import SessionPool
 from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_model_spec
+from taskhub.models._cache import CachedModel
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +102,31 @@ class Progress(Protocol):
     def complete(self) -> None:
         """The run ended."""
         ...
+
+
+def _status(progress: Progress | None, text: str) -> None:
+    """Tell ``progress`` what the run waits for before its first episode, if it listens.
+
+    ``status(text)`` is optional on a ``Progress``: the CLI's bar and lines show it.
+    """
+    status = getattr(progress, "status", None)
+    if callable(status):
+        status(text)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Raised by ``evaluate`` and ``resume`` when the run was interrupted (Ctrl-C).
+
+    Attributes:
+        run_dir: The run directory, when the run got far enough to choose it.
+        resumable: Whether ``run.json`` was written (``taskhub eval --resume run_dir`` works).
+    """
+
+    def __init__(self, run_dir: Path | None) -> None:
+        """Record where the interrupted run was writing."""
+        self.run_dir = run_dir
+        self.resumable = run_dir is not None and (run_dir / "run.json").is_file()
+        super().__init__(str(run_dir) if run_dir else "interrupted before the run started")
 
 
 @dataclass(frozen=True)
@@ -230,6 +257,43 @@ def _plan(config: EvalConfig, taskset: Taskset, run_dir: Path, run_id: str) -> _
     )
 
 
+def check_model(config: EvalConfig) -> None:
+    """Check the model string before anything starts: its backend is created and closed.
+
+    Sync: not for use inside a running event loop.
+
+    Raises:
+        UnknownPluginError: No backend has that provider name (with a "did you mean").
+        ConfigError: The model string is malformed, or the backend refuses the model name or
+            options (a missing base URL...).
+    """
+    backend = load_model(
+        config.model,
+        ModelOptions(
+            base_url=config.base_url,
+            api_key=config.api_key.get_secret_value() if config.api_key else None,
+            timeout_s=config.model_timeout_s,
+        ),
+    )
+    asyncio.run(backend.aclose())
+
+
+def check_rewards(specs: Sequence[str]) -> None:
+    """Check reward specs before anything starts: each parses and its plugin builds.
+
+    Rewards backed by a process pool start it here, which the run then shares.
+
+    Raises:
+        UnknownPluginError: No reward has that name (with a "did you mean").
+        ConfigError: A spec is malformed, or its reward refuses the argument.
+        MissingDependencyError: The reward's library is not installed (with the pip command).
+    """
+    from taskhub._rewards import build_reward
+
+    for text in specs:
+        build_reward(text)
+
+
 def new_run_id(config: EvalConfig, taskset_name: str) -> str:
     """Return a fresh run id: UTC time, taskset, model, and a random suffix."""
     stamp = _now().strftime("%Y%m%dT%H%M%SZ")
@@ -270,7 +334,15 @@ class _Runner:
         self.rows = [_summary_row(r) for r in plan.previous]
 
     def env_spec(self) -> str:
-        spec = self.config.env or self.plan.taskset.card.env
+        plan = self.plan
+        spec = self.config.env or plan.taskset.card.env
+        image = plan.taskset.environment.image if plan.taskset.environment else None
+        if not spec and image:
+            raise ConfigError(
+                f"taskset {plan.taskset.name!r} declares its env as the container image "
+                f"{image!r} (environment.yaml); taskhub does not run containers: start it "
+                f"(docker run -p 8000:8000 {image}) and pass its URL as ENV"
+            )
         if not spec:
             raise ConfigError(
                 f"no environment: pass ENV, or set `env:` in the taskset card of "
@@ -283,6 +355,7 @@ class _Runner:
         """Open what episodes are played with: the model client, the env servers, the pool."""
         config = self.config
         env_spec = self.env_spec()
+        _status(self.progress, f"loading model {config.model}")
         self.model = load_model(
             config.model,
             ModelOptions(
@@ -292,7 +365,15 @@ class _Runner:
                 tool_calling=config.tool_calling,
             ),
         )
+        if config.cache is not None:
+            self.model = CachedModel(
+                self.model,
+                Path(config.cache),
+                model=config.model,
+                endpoint=redact_optional_url(config.base_url),
+            )
         try:
+            _status(self.progress, f"starting env {redact_url(env_spec)}")
             handle = EnvHandle.open(
                 env_spec,
                 http=self.http,
@@ -404,7 +485,10 @@ class _Runner:
             if self.env_info is not None:
                 write_manifest(plan.run_dir, self._manifest(provider, name, status))
         manifest = read_manifest(plan.run_dir)
-        return RunResult(plan.run_dir, manifest, summarize(self.rows, n_planned=plan.n_planned))
+        summary = summarize(
+            self.rows, n_planned=plan.n_planned, comparability=manifest.comparability
+        )
+        return RunResult(plan.run_dir, manifest, summary)
 
     def _job(self) -> EpisodeJob:
         plan = self.plan
@@ -424,7 +508,7 @@ class _Runner:
     def _manifest(self, provider: str, name: str, status: RunStatus) -> RunManifest:
         plan, config = self.plan, self.config
         now = _now()
-        return RunManifest(
+        manifest = RunManifest(
             run_id=plan.run_id,
             taskhub_version=__version__,
             status=status,
@@ -472,6 +556,11 @@ class _Runner:
             success_threshold=plan.success_threshold,
             executor=self.executor.info if self.executor else ExecutorInfo(),
         )
+        # Distinct spec lists only: a taskset of 100k rows names a handful.
+        lists = {tuple(b.spec.text for b in specs): specs for specs in plan.task_rewards.values()}
+        rewards, total = reward_infos(list(lists.values()))
+        manifest.comparability = build_comparability(manifest, rewards, total)
+        return manifest
 
     async def _fan_out(self) -> None:
         items = self.plan.items()
@@ -744,6 +833,7 @@ async def evaluate_async(
     hub_token: str | None = None,
     argv: list[str] | None = None,
     executor: Executor | None = None,
+    _target: list[Path] | None = None,
 ) -> RunResult:
     """Run an evaluation and write its run directory.
 
@@ -757,6 +847,8 @@ async def evaluate_async(
         argv: The command line, recorded in ``run.json``.
         executor: Where the episodes are played (``taskhub.RayExecutor`` for a Ray cluster);
             None plays them in this process. It changes no record, and is named in ``run.json``.
+        _target: Receives the run directory once it is chosen (``evaluate`` names it when
+            the run is interrupted).
 
     Returns:
         The run directory, its manifest and summary.
@@ -766,9 +858,11 @@ async def evaluate_async(
             be started, or a fatal model error (bad credentials). Episode failures are records,
             not exceptions.
     """
-    taskset = load_taskset(config.taskset, token=hub_token)
+    taskset = load_taskset(config.taskset, revision=config.revision, token=hub_token)
     run_id = new_run_id(config, taskset.name)
     target = Path(run_dir) if run_dir is not None else Path(output_dir) / run_id
+    if _target is not None:
+        _target.append(target)
     if (target / "run.json").exists():
         raise ResultsError(
             f"{target} already holds a run; use `taskhub eval --resume {target}` to finish it"
@@ -847,17 +941,17 @@ async def resume_async(
     if base_url is not None:
         config = config.model_copy(update={"base_url": base_url})
     ref = manifest.taskset
-    source = ref.source
     if ref.kind == "hub" and ref.repo_id and ref.commit_sha:
-        source = f"{ref.repo_id}@{ref.commit_sha}"
-    taskset = load_taskset(source, token=hub_token)
+        taskset = load_taskset(ref.repo_id, revision=ref.commit_sha, token=hub_token)
+    else:
+        taskset = load_taskset(ref.source, revision=config.revision, token=hub_token)
     if taskset.ref.fingerprint != ref.fingerprint:
         raise ResultsError(
             f"taskset {ref.source!r} changed since the run started (fingerprint "
             f"{ref.fingerprint[:12]} -> {taskset.ref.fingerprint[:12]}): cannot resume "
             f"{run_dir}; start a new run"
         )
-    taskset = Taskset(ref, taskset.card, taskset.splits)
+    taskset = Taskset(ref, taskset.card, taskset.splits, taskset.environment)
     plan = _plan(config, taskset, run_dir, manifest.run_id)
     retry_outcomes = {RETRY_OUTCOMES[name] for name in retry}
     with RunLock(run_dir):  # read what is done only once no other writer can add to it
@@ -874,6 +968,12 @@ async def resume_async(
                 len(previous) - len(plan.previous),
                 ", ".join(sorted(retry)),
             )
+        if manifest.status == "completed" and not any(True for _ in plan.items()):
+            logger.info("run %s is complete: nothing to resume", manifest.run_id)
+            summary = summarize(
+                plan.previous, n_planned=plan.n_planned, comparability=manifest.comparability
+            )
+            return RunResult(run_dir, manifest, summary)
         async with _make_http() as http:
             runner = _Runner(
                 plan,
@@ -888,10 +988,29 @@ async def resume_async(
 
 
 def evaluate(config: EvalConfig, **kwargs: Any) -> RunResult:
-    """Run ``evaluate_async`` to completion (the one sync entry point)."""
-    return asyncio.run(evaluate_async(config, **kwargs))
+    """Run ``evaluate_async`` to completion (the one sync entry point).
+
+    Raises:
+        RunInterrupted: Ctrl-C stopped the run; it names the run directory, if there is one.
+    """
+    target: list[Path] = []
+    try:
+        return asyncio.run(evaluate_async(config, _target=target, **kwargs))
+    except RunInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise RunInterrupted(target[0] if target else None) from None
 
 
 def resume(run_dir: Path | str, **kwargs: Any) -> RunResult:
-    """Run ``resume_async`` to completion."""
-    return asyncio.run(resume_async(run_dir, **kwargs))
+    """Run ``resume_async`` to completion.
+
+    Raises:
+        RunInterrupted: Ctrl-C stopped the run (it stays resumable).
+    """
+    try:
+        return asyncio.run(resume_async(run_dir, **kwargs))
+    except RunInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise RunInterrupted(Path(run_dir)) from None

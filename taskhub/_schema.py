@@ -345,12 +345,18 @@ class Usage(BaseModel):
     """Tokens the model generated."""
     calls: int = 0
     """Number of model calls."""
+    cache_hits: int = 0
+    """Calls answered from the model-call cache (``--cache``), counted in ``calls``."""
+    cache_misses: int = 0
+    """Calls the cache did not hold: sent to the model and stored, counted in ``calls``."""
 
     def add(self, other: Usage) -> None:
         """Add ``other``'s counts to this one."""
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.calls += other.calls
+        self.cache_hits += other.cache_hits
+        self.cache_misses += other.cache_misses
 
     @property
     def total_tokens(self) -> int:
@@ -572,6 +578,11 @@ class EvalConfig(BaseModel):
     env_provider_options: JsonObject = Field(default_factory=dict)
     """Keyword arguments of the provider's constructor (never credentials: they are written to
     ``run.json``; each provider's SDK reads its own from the environment)."""
+    revision: str | None = None
+    """Branch, tag or commit of a Hub taskset (the pin to read; overrides an ``@rev`` of
+    ``taskset``)."""
+    cache: str | None = None
+    """Folder of the model-call cache (``taskhub.models.CachedModel``); None: no cache."""
     fresh_session: bool = False
     """Open a new env session for every episode, instead of resetting an idle open session of
     the server again (WebSocket servers serve many episodes per session)."""
@@ -696,6 +707,89 @@ class ExecutorInfo(BaseModel):
     """Version of Ray."""
 
 
+#: Sampling parameters that shape the scores (the per-episode seed is derived, not chosen).
+SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "stop")
+
+
+class RewardInfo(BaseModel):
+    """One reward spec of a run: how it weighs in the total and what produced it."""
+
+    model_config = _MODEL_CONFIG
+
+    spec: str
+    """The spec as written (``fuzzy=0.5``, ``answer_present=gate``)."""
+    name: str
+    """The registered reward it names."""
+    args: JsonObject = Field(default_factory=dict)
+    """Arguments of the reward's factory."""
+    version: str | None = None
+    """Version of the library behind it."""
+    weight: float = 1.0
+    """Weight in the total."""
+    gate: bool = False
+    """Whether it gates the total instead of adding to it."""
+    range: tuple[float, float] | None = None
+    """The values the reward declares it returns (plugin metadata), if it declares any."""
+
+
+class Comparability(BaseModel):
+    """The configuration that two runs must share for their scores to be pooled or compared."""
+
+    model_config = _MODEL_CONFIG
+
+    taskset: str
+    """``commit:<sha>`` of a Hub taskset, else ``content:<fingerprint>`` of its rows."""
+    split: str
+    """The split evaluated."""
+    rewards: list[RewardInfo] = Field(default_factory=list)
+    """Every reward spec the run applied (sorted by spec)."""
+    success_threshold: float | None = None
+    """Reward at which an episode counted as a success."""
+    env: str | None = None
+    """The env's name (``/metadata`` name, else as given); None for a run without an env."""
+    env_version: str | None = None
+    """The version the env's ``/metadata`` reported."""
+    max_steps: int | None = None
+    """The run's step limit override (the rows' and card's limits belong to the taskset)."""
+    format_retries: int = 1
+    """Times an unparseable reply was shown back to the model."""
+    sampling: JsonObject = Field(default_factory=dict)
+    """Temperature, top_p, max_tokens and stop of the model."""
+    reward_range: tuple[float, float] | None = None
+    """The range of the total reward, from the components' declared ranges and weights."""
+
+    def _identity(self, *, sampling: bool) -> str:
+        data = self.model_dump(mode="json", exclude={"reward_range"})
+        for reward in data["rewards"]:
+            reward.pop("range")  # plugin metadata, not configuration
+        if not sampling:
+            data.pop("sampling")
+            data.pop("format_retries")
+        return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:16]
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits identifying the whole configuration (sampling included)."""
+        return self._identity(sampling=True)
+
+    @property
+    def scoring_fingerprint(self) -> str:
+        """16 hex digits identifying what was measured and how it was scored (not sampling)."""
+        return self._identity(sampling=False)
+
+    @property
+    def reward_label(self) -> str:
+        """The reward specs, comma-separated (``exact, fuzzy=0.5``)."""
+        return ", ".join(r.spec for r in self.rewards) or "-"
+
+    @property
+    def range_label(self) -> str:
+        """``[low, high]`` of the total, or ``unbounded``."""
+        if self.reward_range is None:
+            return "unbounded"
+        return f"[{self.reward_range[0]:g}, {self.reward_range[1]:g}]"
+
+
 class RunManifest(BaseModel):
     """``run.json``: the configuration and provenance of a run."""
 
@@ -745,6 +839,9 @@ class RunManifest(BaseModel):
     """Run ids of the shard runs this run was merged from (``taskhub results merge``)."""
     executor: ExecutorInfo | None = None
     """Where the episodes of the latest session were played (None in files of older taskhub)."""
+    comparability: Comparability | None = None
+    """What the run's scores can be pooled and compared with (``taskhub.comparability``); runs
+    written before this field have it recomputed from the fields above."""
 
     @field_validator("run_id")
     @classmethod

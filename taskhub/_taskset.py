@@ -21,9 +21,10 @@ import logging
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import yaml
@@ -33,6 +34,9 @@ from taskhub._errors import SchemaError, TasksetError, TasksetNotFound
 from taskhub._limits import MAX_JSON_DEPTH, loads_bounded
 from taskhub._rows import TaskRows, jsonl_rows, parquet_rows
 from taskhub._schema import Task, TasksetCard, TasksetRef
+
+if TYPE_CHECKING:
+    from taskhub.hub._environment import EnvironmentDeclaration
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +55,8 @@ class Taskset:
     splits: Mapping[str, Sequence[Task]]
     """Each split's rows: a tuple, or ``TaskRows`` (large files: ``Task`` objects built when
     read)."""
+    environment: EnvironmentDeclaration | None = None
+    """The dataset's ``environment.yaml`` (a Hub RL environment dataset), if it has one."""
 
     @property
     def name(self) -> str:
@@ -187,12 +193,13 @@ def _load_hub(
             sha = _retry_transient(lambda: api.dataset_info(repo_id, revision=revision).sha, what)
         if not sha:
             raise TasksetError(f"the Hub gave no commit sha for {what}")
-        folder = _retry_transient(
-            lambda: snapshot_download(
-                repo_id, repo_type="dataset", revision=sha, token=token, cache_dir=cache_dir
-            ),
-            what,
-        )
+        with quiet_downloads():
+            folder = _retry_transient(
+                lambda: snapshot_download(
+                    repo_id, repo_type="dataset", revision=sha, token=token, cache_dir=cache_dir
+                ),
+                what,
+            )
     except RevisionNotFoundError:
         raise TasksetNotFound(f"taskset {repo_id!r} has no revision {revision!r}") from None
     except GatedRepoError as exc:
@@ -211,14 +218,54 @@ def _load_hub(
         if status == 401:
             raise TasksetError(f"the Hub refused the token for {what}: {exc}") from None
         raise TasksetError(f"the Hub failed on {what}: {exc}") from None
-    except (httpx.HTTPError, OSError) as exc:
+    except Exception as exc:
+        if not (unreachable(exc) or isinstance(exc, httpx.HTTPError | OSError)):
+            raise
         raise TasksetError(
-            f"cannot reach the Hub for taskset {what}: {type(exc).__name__}: {exc}"
+            f"cannot reach the Hub for taskset {what} ({type(exc).__name__}: {exc}): check "
+            "the network (or HF_ENDPOINT); a revision pinned by its commit sha loads from the "
+            "cache offline (HF_HUB_OFFLINE=1)"
         ) from None
     parts = TasksetRefParts(
         source, "hub", repo_id.split("/")[-1], repo_id=repo_id, revision=revision, commit_sha=sha
     )
     return _load_folder(Path(folder), parts)
+
+
+@contextmanager
+def quiet_downloads() -> Iterator[None]:
+    """Hide huggingface_hub's progress bars while downloading, then restore them.
+
+    They would clutter the CLI's output and training logs; bars hidden before stay hidden.
+    """
+    from huggingface_hub.utils.tqdm import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+
+    hidden = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not hidden:
+            enable_progress_bars()
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the Hub could not be reached (no network, DNS, refused, timeout).
+
+    huggingface_hub raises its HTTP client's transport errors as they are, and that client is
+    ``httpx`` or its fork ``httpx2`` depending on the version: both are recognised by module.
+    """
+    if isinstance(exc, httpx.TransportError | ConnectionError | TimeoutError):
+        return True
+    return any(
+        cls.__module__.split(".")[0] in ("httpx", "httpx2", "httpcore")
+        and cls.__name__ in ("TransportError", "TimeoutException", "NetworkError")
+        for cls in type(exc).__mro__
+    )
 
 
 def _retry_transient(call: Any, what: str, attempts: int = 4) -> Any:
@@ -268,8 +315,15 @@ def read_card(folder: Path) -> tuple[dict[str, Any], TasksetCard]:
     return header, card
 
 
-def data_files(folder: Path, header: dict[str, Any]) -> dict[str, list[Path]]:
+def data_files(
+    folder: Path, header: dict[str, Any], config_name: str = "default"
+) -> dict[str, list[Path]]:
     """Map each split to its data files, from the card's ``configs:`` or the usual file names.
+
+    Args:
+        folder: The dataset folder.
+        header: Its card's YAML header.
+        config_name: The ``configs:`` entry to read (else the first).
 
     Raises:
         TasksetNotFound: A listed file does not exist, or no data file is found.
@@ -277,7 +331,7 @@ def data_files(folder: Path, header: dict[str, Any]) -> dict[str, list[Path]]:
     configs = header.get("configs")
     if isinstance(configs, list) and configs:
         config = next(
-            (c for c in configs if isinstance(c, dict) and c.get("config_name") == "default"),
+            (c for c in configs if isinstance(c, dict) and c.get("config_name") == config_name),
             configs[0],
         )
         spec = config.get("data_files") if isinstance(config, dict) else None
@@ -347,12 +401,20 @@ def _inside(folder: Path, path: Path, what: str) -> Path:
 
 
 def _load_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
+    from taskhub.hub._environment import read_environment
+
     header, card = read_card(folder)
-    files = data_files(folder, header)
+    environment = read_environment(folder)
+    found = environment.openenv() if environment is not None else None
+    config_name = (found[0].config_name if found else None) or "default"
+    files = data_files(folder, header, config_name)
     splits = {split: _split_rows(split, paths) for split, paths in files.items()}
     _check_unique_ids(splits)
     name = card.name or parts.name
-    return Taskset(_ref(parts, name, splits, folder), card, splits)
+    if card.env is None and environment is not None and environment.env_spec is not None:
+        # a Hub RL environment dataset names its env in environment.yaml
+        card = card.model_copy(update={"env": environment.env_spec})
+    return Taskset(_ref(parts, name, splits, folder), card, splits, environment)
 
 
 def _load_env(url: str) -> Taskset:

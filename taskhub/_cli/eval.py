@@ -12,9 +12,24 @@ import typer
 from pydantic import SecretStr, ValidationError
 from rich.console import Console
 
-from taskhub._cli._render import BarProgress, summary_table, task_table
-from taskhub._errors import TaskhubError
-from taskhub._runner import RunResult, evaluate, resume
+from taskhub._cli._render import (
+    BarProgress,
+    LineProgress,
+    component_table,
+    summary_table,
+    task_table,
+)
+from taskhub._errors import ConfigError, PluginError, TaskhubError
+from taskhub._results import MANIFEST, iter_results, read_manifest
+from taskhub._runner import (
+    Progress,
+    RunInterrupted,
+    RunResult,
+    check_model,
+    check_rewards,
+    evaluate,
+    resume,
+)
 from taskhub._schema import EvalConfig, SamplingParams, ToolCalling
 from taskhub._urls import redact_urls_in
 
@@ -215,6 +230,14 @@ def eval_command(
             "(other arguments are taken from its run.json).",
         ),
     ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="Model-call cache folder: identical requests (greedy, or sampled with a seed) "
+            "are answered from it, so a re-run or a resume repeats no call.",
+            envvar="TASKHUB_CACHE",
+        ),
+    ] = None,
     trust_remote_code: Annotated[
         bool,
         typer.Option(
@@ -269,8 +292,13 @@ def eval_command(
     from taskhub._cli import fail
 
     console = Console(stderr=True)
-    show_bar = progress if progress is not None else console.is_terminal and not as_json
-    bar = BarProgress(console) if show_bar else None
+    bar: Progress | None = None
+    if progress is None and not console.is_terminal:
+        bar = LineProgress(lambda line: typer.echo(line, err=True))
+    elif progress if progress is not None else not as_json:
+        bar = BarProgress(console)
+    if resume_dir is not None and not retry and _finished(resume_dir):
+        return
     headers: dict[str, str] = {}
     hub_token = os.environ.get("HF_TOKEN")
     if hub_token and "/" in env and not env.startswith(("http", "ws", ".", "/")):
@@ -300,7 +328,8 @@ def eval_command(
                 config = EvalConfig(
                     model=model,
                     env=None if env == "auto" else env,
-                    taskset=f"{taskset}@{revision}" if revision else taskset,
+                    taskset=taskset,
+                    revision=revision,
                     base_url=base_url,
                     api_key=SecretStr(api_key) if api_key else None,
                     sampling=SamplingParams(
@@ -326,6 +355,7 @@ def eval_command(
                     max_retries=max_retries,
                     format_retries=format_retries,
                     fail_fast=fail_fast,
+                    cache=str(cache) if cache is not None else None,
                     trust_remote_code=trust_remote_code,
                     tool_calling=tool_calling,
                 )
@@ -333,6 +363,14 @@ def eval_command(
                 first = exc.errors()[0]
                 where = ".".join(str(p) for p in first["loc"])
                 raise typer.BadParameter(f"{where}: {first['msg']}") from None
+            try:
+                check_model(config)
+            except (ConfigError, PluginError) as exc:
+                raise typer.BadParameter(str(exc), param_hint="MODEL") from None
+            try:
+                check_rewards(config.rewards or [])
+            except (ConfigError, PluginError) as exc:
+                raise typer.BadParameter(str(exc), param_hint="--reward") from None
             result = evaluate(
                 config,
                 output_dir=output,
@@ -343,11 +381,20 @@ def eval_command(
                 argv=_redacted_argv(),
                 executor=executor,
             )
-    except KeyboardInterrupt:
-        typer.echo(
-            "interrupted: finished episodes are saved; finish with taskhub eval --resume RUN_DIR",
-            err=True,
-        )
+    except KeyboardInterrupt as exc:
+        target = exc.run_dir if isinstance(exc, RunInterrupted) else resume_dir or run_dir
+        if target is not None and (target / MANIFEST).is_file():
+            typer.echo(
+                f"interrupted: finished episodes are saved in {target}; finish with "
+                f"taskhub eval --resume {target}",
+                err=True,
+            )
+        else:
+            typer.echo(
+                "interrupted before the run started: no run.json was written, so there is "
+                "nothing to resume; run the command again",
+                err=True,
+            )
         raise typer.Exit(code=130) from None
     except TaskhubError as exc:
         raise fail(exc) from None
@@ -362,7 +409,42 @@ def eval_command(
     else:
         out = Console()
         out.print(summary_table(result.summary, result.manifest, result.run_dir))
+        if len(result.summary.components) > 1:
+            out.print(component_table(result.summary))
         if show_tasks:
             out.print(task_table(result.summary, show_tasks))
+    summary = result.summary
+    if summary.n_episodes and summary.outcomes.get("infra_error") == summary.n_episodes:
+        typer.echo(
+            f"every episode ({summary.n_episodes}) ended in an infra error: "
+            f"{_first_error(result.run_dir)}. The env or the model endpoint failed, or the env "
+            f"does not fit the taskset; episodes.jsonl in {result.run_dir} has each error.",
+            err=True,
+        )
+        raise typer.Exit(code=1)
     if result.manifest.status != "completed":
         raise typer.Exit(code=1)
+
+
+def _first_error(run_dir: Path) -> str:
+    """``Type: message`` of the first infra error recorded in a run."""
+    for record in iter_results(run_dir):
+        if record.outcome == "infra_error" and record.error is not None:
+            return f"{record.error.type}: {record.error.message}"
+    return "no error was recorded"
+
+
+def _finished(run_dir: Path) -> bool:
+    """Say so and return True when ``--resume`` names a run that is already complete."""
+    try:
+        manifest = read_manifest(run_dir)
+    except TaskhubError:
+        return False  # resume reports it
+    if manifest.status != "completed":
+        return False
+    when = f", completed {manifest.finished_at:%Y-%m-%d %H:%M} UTC" if manifest.finished_at else ""
+    typer.echo(
+        f"run {manifest.run_id} in {run_dir} is finished ({manifest.n_planned} episodes{when}): "
+        f"nothing to resume. See it with taskhub results show {run_dir}"
+    )
+    return True

@@ -61,6 +61,14 @@ def build(
             "the fields the leaderboard reads are checked).",
         ),
     ] = False,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            help="Break every (model, taskset) cell down by a task field, with per-group "
+            "intervals: metadata.family, reset.difficulty, or a key under metadata or reset.",
+        ),
+    ] = None,
 ) -> None:
     """Build the site: models x tasksets, taskset, model and run pages, episodes, env board."""
     from taskhub._cli import fail
@@ -74,6 +82,7 @@ def build(
             timestamp=timestamp,
             validate=validate,
             resolvers=[hub_resolver(token=token)],
+            group_by=by,
         )
     except TaskhubError as exc:
         raise fail(exc) from None

@@ -14,6 +14,14 @@ from taskhub._schema import Task, TasksetCard
 from taskhub._taskset import builtin_tasksets, load_taskset
 
 _TOKEN_HELP = "Hub token with write access (default: HF_TOKEN or the stored `hf auth login`)."
+_REVISION_HELP = "Branch, tag or commit of a Hub taskset to read (overrides ORG/NAME@REV)."
+_BRANCH_HELP = "Branch to commit to (created from main if missing; default main)."
+_SPACE_HELP = (
+    "Hub Space serving the env: declares the dataset as a Hub RL environment "
+    "(environment.yaml, card tags rl-environment and openenv). Default: --env when it is a "
+    "Space id."
+)
+_IMAGE_HELP = "Container image of the env, declared (mode: container) instead of a Space."
 
 app = typer.Typer(
     help="Tasksets: Hub datasets whose rows parameterize reset().", no_args_is_help=True
@@ -44,6 +52,7 @@ def check(
     source: Annotated[
         str, typer.Argument(help="Folder, data file, built-in name or org/name@rev.")
     ],
+    revision: Annotated[str | None, typer.Option(help=_REVISION_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Validate every row and the card of a taskset; exit 1 naming the rows at fault."""
@@ -51,7 +60,7 @@ def check(
     from taskhub.hub import check_taskset
 
     try:
-        taskset = load_taskset(source)
+        taskset = load_taskset(source, revision=revision)
         remote = check_taskset(taskset)
     except TaskhubError as exc:
         raise fail(exc) from None
@@ -121,6 +130,8 @@ def init(
         list[str] | None, typer.Option("--reward", help="Reward spec (repeatable); default env.")
     ] = None,
     max_steps: Annotated[int | None, typer.Option(help="Step limit of an episode.", min=1)] = None,
+    space: Annotated[str | None, typer.Option(help=_SPACE_HELP)] = None,
+    image: Annotated[str | None, typer.Option(help=_IMAGE_HELP)] = None,
     force: Annotated[bool, typer.Option(help="Write into a non-empty folder.")] = False,
 ) -> None:
     """Scaffold a taskset folder (card with configs and env binding, data files)."""
@@ -159,22 +170,36 @@ def init(
             rewards=reward or ["env"],
             max_steps=max_steps,
         )
-        taskset = init_taskset(rows_source, folder, env=env, split=split, card=card, force=force)
+        taskset = init_taskset(
+            rows_source,
+            folder,
+            env=env,
+            split=split,
+            card=card,
+            force=force,
+            space=space,
+            image=image,
+        )
     except TaskhubError as exc:
         raise fail(exc) from None
     rows = ", ".join(f"{s} {n} rows" for s, n in _counts(taskset.splits).items())
     typer.echo(f"created {folder}: {taskset.name} ({rows}), env={env}")
+    if taskset.environment is None:
+        typer.echo(
+            f"not declared as a Hub RL environment: env {env!r} is not a Space; pass --space "
+            "OWNER/NAME (or --image REF) to declare where it runs"
+        )
 
 
 @app.command("push")
 def push(
     path: Annotated[Path, typer.Argument(help="A taskset folder (see `taskhub taskset init`).")],
     repo: Annotated[str, typer.Argument(help="Hub dataset repo ORG/NAME (created if missing).")],
-    revision: Annotated[
-        str | None, typer.Option(help="Branch to commit to (created from main if missing).")
-    ] = None,
+    branch: Annotated[str | None, typer.Option(help=_BRANCH_HELP)] = None,
     tag: Annotated[str | None, typer.Option(help="Tag to create at the new commit.")] = None,
     private: Annotated[bool, typer.Option(help="Create the repo private.")] = False,
+    space: Annotated[str | None, typer.Option(help=_SPACE_HELP)] = None,
+    image: Annotated[str | None, typer.Option(help=_IMAGE_HELP)] = None,
     token: Annotated[str | None, typer.Option(help=_TOKEN_HELP, envvar="HF_TOKEN")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -183,7 +208,16 @@ def push(
     from taskhub.hub import push_taskset
 
     try:
-        result = push_taskset(path, repo, branch=revision, tag=tag, token=token, private=private)
+        result = push_taskset(
+            path,
+            repo,
+            branch=branch,
+            tag=tag,
+            token=token,
+            private=private,
+            space=space,
+            image=image,
+        )
     except TaskhubError as exc:
         raise fail(exc) from None
     if as_json:
@@ -208,6 +242,7 @@ def show(
     source: Annotated[
         str, typer.Argument(help="ORG/NAME[@REVISION], a folder, a data file or a built-in name.")
     ],
+    revision: Annotated[str | None, typer.Option(help=_REVISION_HELP)] = None,
     token: Annotated[
         str | None, typer.Option(help="Hub token for private repos.", envvar="HF_TOKEN")
     ] = None,
@@ -218,7 +253,7 @@ def show(
     from taskhub.hub import describe_taskset
 
     try:
-        info = describe_taskset(source, token=token)
+        info = describe_taskset(source, revision=revision, token=token)
     except TaskhubError as exc:
         raise fail(exc) from None
     if as_json:
@@ -250,7 +285,7 @@ def profile(
         str | None,
         typer.Option(help="Push to this repo (default: the runs' Hub taskset, if no --output)."),
     ] = None,
-    revision: Annotated[str | None, typer.Option(help="Branch to push to (main).")] = None,
+    branch: Annotated[str | None, typer.Option(help=_BRANCH_HELP)] = None,
     tag: Annotated[str | None, typer.Option(help="Tag to create at the new commit.")] = None,
     token: Annotated[str | None, typer.Option(help=_TOKEN_HELP, envvar="HF_TOKEN")] = None,
 ) -> None:
@@ -260,7 +295,7 @@ def profile(
 
     try:
         result = profile_taskset(
-            run_dirs, output=output, repo_id=repo, branch=revision, tag=tag, token=token
+            run_dirs, output=output, repo_id=repo, branch=branch, tag=tag, token=token
         )
     except TaskhubError as exc:
         raise fail(exc) from None

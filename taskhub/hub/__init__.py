@@ -15,6 +15,12 @@ them, so ``import taskhub`` stays light.
 from __future__ import annotations
 
 from taskhub.hub._common import PushResult, is_secret_name
+from taskhub.hub._environment import (
+    EnvironmentDeclaration,
+    environment_declaration,
+    read_environment,
+)
+from taskhub.hub._eval_results import eval_result, push_eval_results, results_url
 from taskhub.hub._profile import ProfileResult, profile_taskset
 from taskhub.hub._redact import REDACTED, RedactionReport, Redactor, redact_run
 from taskhub.hub._results import pull_results, push_results
@@ -29,6 +35,7 @@ from taskhub.hub._tasksets import (
 
 __all__ = [
     "REDACTED",
+    "EnvironmentDeclaration",
     "ProfileResult",
     "PushResult",
     "RedactionReport",
@@ -37,11 +44,16 @@ __all__ = [
     "TasksetInfo",
     "check_taskset",
     "describe_taskset",
+    "environment_declaration",
+    "eval_result",
     "init_taskset",
     "is_secret_name",
     "profile_taskset",
+    "push_eval_results",
     "pull_results",
     "push_results",
     "push_taskset",
+    "read_environment",
     "redact_run",
+    "results_url",
 ]

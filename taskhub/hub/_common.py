@@ -82,6 +82,15 @@ def hub_errors(what: str, error: type[TaskhubError]) -> Iterator[None]:
         if status == 403:
             raise error(f"{what}: the token may not write to this repo (HTTP 403)") from None
         raise error(f"{what}: the Hub failed (HTTP {status}): {exc}") from None
+    except Exception as exc:
+        from taskhub._taskset import unreachable
+
+        if not unreachable(exc):
+            raise
+        raise error(
+            f"{what}: cannot reach the Hub ({type(exc).__name__}: {exc}): check the network "
+            "(or HF_ENDPOINT)"
+        ) from None
 
 
 def whoami(api: Any, what: str, error: type[TaskhubError]) -> str:

@@ -198,7 +198,7 @@ def profile_taskset(
         raise ResultsError(f"the runs are on different tasksets or revisions: {listing}")
     ref = runs[0][0].taskset
     if ref.kind == "hub" and ref.repo_id and ref.commit_sha:
-        taskset = load_taskset(f"{ref.repo_id}@{ref.commit_sha}", token=token)
+        taskset = load_taskset(ref.repo_id, revision=ref.commit_sha, token=token)
     else:
         taskset = load_taskset(ref.path or ref.source)
     if taskset.ref.fingerprint != ref.fingerprint or not taskset.ref.path:

@@ -12,9 +12,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from taskhub._comparability import comparability
 from taskhub._errors import ResultsError, TasksetNotFound
 from taskhub._results import EPISODES, MANIFEST, read_run, summarize, write_manifest, write_results
 from taskhub._schema import EpisodeRecord, RunManifest
+from taskhub._taskset import quiet_downloads
 from taskhub.hub._common import (
     PushResult,
     check_repo_id,
@@ -198,7 +200,9 @@ def push_results(
         )
     run_json = (manifest.model_dump_json(indent=2) + "\n").encode()
     episodes = _episodes_parquet(manifest, records)
-    summary = summarize(records, n_planned=manifest.n_planned).model_dump(mode="json")
+    summary = summarize(
+        records, n_planned=manifest.n_planned, comparability=comparability(manifest)
+    ).model_dump(mode="json")
     api = HfApi(token=resolved)
     what = f"results push to {repo_id}"
     whoami(api, what, ResultsError)
@@ -314,8 +318,8 @@ def pull_results(
                 sha = revision
             else:
                 sha = str(HfApi(token=token).dataset_info(repo_id, revision=revision).sha)
-            folder = Path(
-                snapshot_download(
+            with quiet_downloads():
+                snapshot = snapshot_download(
                     repo_id,
                     repo_type="dataset",
                     revision=sha,
@@ -323,7 +327,7 @@ def pull_results(
                     cache_dir=str(cache_dir) if cache_dir is not None else None,
                     allow_patterns=["runs/*/run.json", "runs/*/episodes.parquet"],
                 )
-            )
+            folder = Path(snapshot)
     except TasksetNotFound as exc:
         raise ResultsError(str(exc)) from None
     base = (

@@ -39,6 +39,13 @@ from taskhub.hub._common import (
     require_token,
     whoami,
 )
+from taskhub.hub._environment import (
+    ENVIRONMENT_FILE,
+    declared_files,
+    environment_declaration,
+    render_environment,
+    with_tags,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +146,8 @@ def init_taskset(
     split: str = "train",
     card: TasksetCard | None = None,
     force: bool = False,
+    space: str | None = None,
+    image: str | None = None,
 ) -> Taskset:
     """Scaffold a taskset folder in Hub layout from a data file or a Python generator.
 
@@ -156,6 +165,10 @@ def init_taskset(
         split: Split name of a data file or of a generator that returns a plain iterable.
         card: The rest of the ``taskhub:`` block (templates, rewards, max_steps...).
         force: Write into an existing non-empty folder (its data files are replaced).
+        space: The Hub Space serving the env, to declare the dataset as an RL environment
+            (``environment.yaml``, see ``taskhub.hub._environment``); by default ``env`` when
+            it is a Space id.
+        image: The env's container image, to declare it instead of a Space.
 
     Returns:
         The new taskset, loaded back from the folder.
@@ -206,9 +219,12 @@ def init_taskset(
         f"Each row parameterizes one `reset()` of the `{env}` environment. Evaluate it with "
         "`taskhub eval MODEL auto ORG/NAME@REVISION`; check it with `taskhub taskset check`.\n"
     )
-    (target / "README.md").write_text(
-        render_readme(_card_header(card, split_files), body), encoding="utf-8"
-    )
+    header = _card_header(card, split_files)
+    declaration = environment_declaration(title, list(splits), env=env, space=space, image=image)
+    if declaration is not None:
+        header = with_tags(header)
+        (target / ENVIRONMENT_FILE).write_text(render_environment(declaration), encoding="utf-8")
+    (target / "README.md").write_text(render_readme(header, body), encoding="utf-8")
     return load_taskset(str(target))
 
 
@@ -222,6 +238,8 @@ def push_taskset(
     private: bool = False,
     commit_message: str | None = None,
     parent_commit: str | None = None,
+    space: str | None = None,
+    image: str | None = None,
 ) -> PushResult:
     """Publish a taskset folder as one commit of a Hub dataset repo.
 
@@ -238,6 +256,9 @@ def push_taskset(
         private: Create the repo private (an existing repo keeps its visibility).
         commit_message: Title of the commit.
         parent_commit: Commit the branch must still be at (the push fails otherwise).
+        space: The Hub Space serving the env: the commit declares the dataset as an RL
+            environment (``environment.yaml`` and the card tags) when the folder does not.
+        image: The env's container image, declared instead of a Space.
 
     Returns:
         The new commit.
@@ -284,7 +305,14 @@ def push_taskset(
         )
     with hub_errors(what, TasksetError):
         remote = set(api.list_repo_files(repo_id, repo_type="dataset", revision=head))
-    operations: list[Any] = [CommitOperationAdd(rel, str(folder / rel)) for rel in files]
+    declared = declared_files(folder, taskset, space=space, image=image)
+    operations: list[Any] = [
+        CommitOperationAdd(rel, declared.get(rel, str(folder / rel))) for rel in files
+    ]
+    operations += [
+        CommitOperationAdd(rel, data) for rel, data in declared.items() if rel not in files
+    ]
+    files = sorted({*files, *declared})
     operations += [
         CommitOperationDelete(rel) for rel in sorted(remote - set(files) - {".gitattributes"})
     ]

@@ -12,16 +12,21 @@ from taskhub.models._base import (
     load_model,
     split_model_spec,
 )
+from taskhub.models._cache import CachedModel, CacheStats, cacheable, request_key
 from taskhub.models._scripted import action_properties, text_field
 
 __all__ = [
+    "CacheStats",
+    "CachedModel",
     "GenerateRequest",
     "Generation",
     "ModelBackend",
     "ModelOptions",
     "TurnContext",
     "action_properties",
+    "cacheable",
     "load_model",
+    "request_key",
     "split_model_spec",
     "text_field",
 ]

@@ -148,6 +148,31 @@ class ModelBackend(Protocol):
         ...
 
 
+def known_models() -> list[str]:
+    """Model strings the registered backends name (``scripted/oracle``...), for suggestions.
+
+    A backend lists them with ``@model_backend("name", names=(...))``.
+    """
+    return sorted(
+        f"{entry.name}/{name}"
+        for entry in registry.entries("model")
+        for name in entry.attrs.get("names", ())
+    )
+
+
+def suggest_model(spec: str) -> str:
+    """`` Did you mean 'scripted/oracle'?`` for a misspelt model string, else ``""``."""
+    import difflib
+
+    known = known_models()
+    close = difflib.get_close_matches(spec, known, n=1, cutoff=0.6)
+    if not close:  # a bare name: match it against the names without their provider
+        by_name = {m.partition("/")[2]: m for m in known}
+        names = difflib.get_close_matches(spec.rpartition("/")[2], by_name, n=1, cutoff=0.6)
+        close = [by_name[names[0]]] if names else []
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 def split_model_spec(spec: str) -> tuple[str, str]:
     """Split ``provider/model`` into its parts.
 
@@ -158,7 +183,7 @@ def split_model_spec(spec: str) -> tuple[str, str]:
     if not sep or not provider or not name:
         raise ConfigError(
             f"model {spec!r} is not 'provider/model' (e.g. openai/gpt-4o-mini, "
-            "local/smollm2-135m, scripted/oracle)"
+            f"local/smollm2-135m, scripted/oracle).{suggest_model(spec)}"
         )
     return provider, name
 

@@ -73,8 +73,13 @@ def resolve_weights(name: str) -> Path:
     else:
         path = Path(name).expanduser()
         if path.suffix != ".gguf":
+            import difflib
+
+            close = difflib.get_close_matches(name, ALIASES, n=1)
+            hint = f" Did you mean 'local/{close[0]}'?" if close else ""
             raise ConfigError(
-                f"local model {name!r} is not one of {sorted(ALIASES)} nor a path to a .gguf file"
+                f"local model {name!r} is not one of {sorted(ALIASES)} nor a path to a .gguf "
+                f"file.{hint}"
             )
     if not path.is_file():
         raise ConfigError(f"local model weights not found: {path}")
@@ -278,7 +283,7 @@ class LocalLlama:
         """Keep the weights loaded for later runs in this process."""
 
 
-@model_backend("local")
+@model_backend("local", names=("smollm2-135m",))
 def local(name: str, options: ModelOptions) -> LocalLlama:
     """A GGUF model run offline on the CPU by llama.cpp (``local/smollm2-135m``)."""
     return LocalLlama(name, tool_calling=options.tool_calling)

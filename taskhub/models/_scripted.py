@@ -342,12 +342,16 @@ _POLICIES: dict[str, type[_Scripted]] = {
 }
 
 
-@model_backend("scripted")
+@model_backend("scripted", names=tuple(_POLICIES))
 def scripted(name: str, options: ModelOptions) -> _Scripted:
     """Scripted policies: ``scripted/oracle``, ``scripted/random``, ``scripted/noop``."""
     try:
         return _POLICIES[name](options)
     except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, _POLICIES, n=1)
+        hint = f" Did you mean 'scripted/{close[0]}'?" if close else ""
         raise ConfigError(
-            f"unknown scripted policy {name!r}; expected one of {sorted(_POLICIES)}"
+            f"unknown scripted policy {name!r}; expected one of {sorted(_POLICIES)}.{hint}"
         ) from None

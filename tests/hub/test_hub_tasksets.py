@@ -214,7 +214,7 @@ def test_push_to_a_branch_leaves_main_alone(
     init_taskset(_write_jsonl(tmp_path / "r.jsonl", _rows(3, 10)), folder, env="arith")
     result = cli.invoke(
         app,
-        ["taskset", "push", str(folder), repo_id, "--revision", "dev", "--json"],
+        ["taskset", "push", str(folder), repo_id, "--branch", "dev", "--json"],
         env={"HF_TOKEN": hf_token},
     )
     assert result.exit_code == 0, result.output

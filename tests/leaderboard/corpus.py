@@ -115,8 +115,13 @@ def write_run(
     samples: int = 1,
     shard: tuple[int, int] | None = None,
     base_url: str | None = None,
+    rewards: list[str] | None = None,
 ) -> Path:
-    """Write a run directory (``run.json`` + ``episodes.jsonl``) under ``root``."""
+    """Write a run directory (``run.json`` + ``episodes.jsonl``) under ``root``.
+
+    ``rewards`` are ``--reward`` specs: recorded in the config, as a run before ``run.json``
+    stored its comparability records them (it is recomputed from them).
+    """
     provider, _, name = model.partition("/")
     sampling = SamplingParams(temperature=temperature, max_tokens=64)
     manifest = RunManifest(
@@ -127,7 +132,12 @@ def write_run(
         updated_at=T0 + timedelta(minutes=1),
         finished_at=T0 + timedelta(minutes=1),
         config=EvalConfig(
-            model=model, taskset=taskset, sampling=sampling, samples=samples, shard=shard
+            model=model,
+            taskset=taskset,
+            sampling=sampling,
+            samples=samples,
+            shard=shard,
+            rewards=rewards,
         ),
         taskset=TasksetRef(
             source=taskset if commit_sha is None else f"org/{taskset}@main",

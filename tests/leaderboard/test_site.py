@@ -17,7 +17,14 @@ import yaml
 from huggingface_hub.repocard_data import model_index_to_eval_results
 from taskhub.leaderboard import build_site, resolve_inputs
 
-from taskhub import ConfigError, ResultsError
+from taskhub import (
+    ConfigError,
+    EpisodeRecord,
+    ResultsError,
+    RewardComponent,
+    RewardSpec,
+    total_reward,
+)
 
 from .corpus import IMG, SCRIPT, episode, report, write_run
 
@@ -278,6 +285,87 @@ def test_unfinished_runs_are_marked(tmp_path: Path) -> None:
     (run / "episodes.jsonl").write_text("".join(lines[:3]))
     build_site([run], tmp_path / "site")
     assert "3 of 4 planned" in (tmp_path / "site" / "index.html").read_text()
+
+
+def _scored(run_id: str, task: str, parts: dict[str, float]) -> EpisodeRecord:
+    """An episode whose total is the weighted sum of ``parts`` (spec -> value)."""
+    record = episode(run_id, task, reward=1.0)
+    components = [
+        RewardComponent(name=spec, value=value, weight=RewardSpec.parse(spec).weight)
+        for spec, value in parts.items()
+    ]
+    total = total_reward(components)
+    return record.model_copy(
+        update={"reward_components": components, "reward": total, "success": total >= 1.0}
+    )
+
+
+def test_runs_scored_differently_are_separate_cells_within_their_range(tmp_path: Path) -> None:
+    """The oracle scored with exact and with exact + fuzzy=0.5: never one number above 1."""
+    runs = tmp_path / "runs"
+    for rid, rewards in (("plain", ["exact"]), ("fuzzy", ["exact", "fuzzy=0.5"])):
+        parts = dict.fromkeys(rewards, 1.0)
+        records = [_scored(rid, f"t{i}", parts) for i in range(8)]
+        write_run(runs, rid, records, model="scripted/oracle", rewards=rewards)
+    out = tmp_path / "site"
+    build_site([runs], out)
+    rows = json.loads((out / "data" / "leaderboard.json").read_text())
+    by_variant = {tuple(r["rewards"]): r for r in rows}
+    assert sorted(by_variant) == [("exact",), ("exact", "fuzzy=0.5")]
+    plain, fuzzy = by_variant[("exact",)], by_variant[("exact", "fuzzy=0.5")]
+    assert (plain["mean_reward"], plain["reward_range"]) == (1.0, [0.0, 1.0])
+    assert (fuzzy["mean_reward"], fuzzy["reward_range"]) == (1.5, [0.0, 1.5])
+    assert plain["ci95_high"] == 1.0 and fuzzy["ci95_high"] == 1.5  # inside the range
+    assert plain["interval"] == fuzzy["interval"] == "bounded"
+    assert plain["fingerprint"] != fuzzy["fingerprint"]
+    assert [c["name"] for c in fuzzy["components"]] == ["exact", "fuzzy=0.5"]
+    assert plain["variant"] == "rewards exact" and fuzzy["variant"] == "rewards exact, fuzzy=0.5"
+    # one model-index entry per configuration, each naming it
+    cards = sorted((out / "model-index").rglob("*.yaml"))
+    assert len(cards) == 2
+    configs = {
+        yaml.safe_load(c.read_text())["model-index"][0]["results"][0]["dataset"]["args"][
+            "taskhub_config"
+        ]
+        for c in cards
+    }
+    assert configs == {plain["fingerprint"], fuzzy["fingerprint"]}
+    home = (out / "index.html").read_text()
+    assert "rewards exact, fuzzy=0.5" in home
+
+
+def test_models_that_share_tasks_are_ranked_by_paired_differences(tmp_path: Path) -> None:
+    """B beats A by 0.05 on every task; their intervals overlap, the paired one does not."""
+    runs = tmp_path / "runs"
+    base = [0.1 * i for i in range(10)]
+    for rid, shift in (("a", 0.0), ("b", 0.05)):
+        records = [episode(rid, f"t{i}", reward=v + shift) for i, v in enumerate(base)]
+        write_run(runs, rid, records, model=f"scripted/{rid}")
+    out = tmp_path / "site"
+    build_site([runs], out)
+    rows = {r["model"]: r for r in json.loads((out / "data" / "leaderboard.json").read_text())}
+    a, b = rows["scripted/a"], rows["scripted/b"]
+    assert a["ci95_high"] > b["ci95_low"]  # the intervals overlap...
+    assert (b["rank"], a["rank"]) == (1, 2)  # ...but the paired difference is clear
+    assert a["tied_with"] == b["tied_with"] == []
+    slug = next((out / "data" / "tasksets").glob("*.pairs.json")).name
+    pairs = json.loads((out / "data" / "tasksets" / slug).read_text())
+    assert len(pairs) == 1 and pairs[0]["method"] == "paired" and pairs[0]["shared_tasks"] == 10
+    assert abs(abs(pairs[0]["difference"]) - 0.05) < 1e-9
+    page = next((out / "tasksets").glob("*.html")).read_text()
+    assert "ranked by paired differences" in page
+
+
+def test_cells_break_down_by_a_task_field(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    build_site([corpus], out, group_by="family")
+    groups = sorted((out / "data" / "tasksets").glob("*.groups.json"))
+    assert groups
+    rows = json.loads(groups[0].read_text())
+    assert rows and {r["group"] for r in rows} == {"add"}
+    assert all(r["n_tasks"] >= 1 for r in rows)
+    page = (out / "tasksets" / groups[0].name.replace(".groups.json", ".html")).read_text()
+    assert "By family" in page
 
 
 def test_large_tables_are_written_in_parts(tmp_path: Path) -> None:

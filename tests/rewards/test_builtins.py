@@ -236,3 +236,13 @@ def test_think_format_follows_trl_think_format_reward() -> None:
     }
     for reply, expected in replies.items():
         assert value("think_format", episode("5", reply=reply)) == expected, reply
+
+
+def test_reasoning_gym_family_from_the_reset_dataset_name(gym_entries: list[dict]) -> None:
+    """OpenEnv's reasoning-gym env takes the family as reset(dataset_name=...)."""
+    entry = gym_entries[2]
+    record = episode(entry["answer"], entry["answer"], metadata={})
+    task = record.task.model_copy(update={"reset": {"dataset_name": "basic_arithmetic"}})
+    record = record.model_copy(update={"task": task})
+    assert value("reasoning_gym", record) == 1.0
+    assert score("reasoning_gym", record).details == {"family": "basic_arithmetic"}

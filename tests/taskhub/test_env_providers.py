@@ -171,9 +171,9 @@ def test_uv_provider_failure_is_an_error_naming_the_provider(
         + ["-o", str(tmp_path / "runs")],
     )
     assert result.exit_code == 1
-    assert result.stderr.startswith("EnvLaunchError: env provider 'uv' could not start"), (
-        result.stderr
-    )
+    # after the progress lines ("taskhub: starting env ..."), the error, naming the provider
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("taskhub: ")]
+    assert errors[0].startswith("EnvLaunchError: env provider 'uv' could not start"), result.stderr
 
 
 def test_unknown_providers_and_credential_options_are_refused(tmp_path: Path) -> None:
