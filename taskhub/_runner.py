@@ -252,7 +252,7 @@ def _plan(config: EvalConfig, taskset: Taskset, run_dir: Path, run_id: str) -> _
         run_dir=run_dir,
         rewards=rewards,
         task_rewards=task_rewards,
-        templates=Templates.from_card(taskset.card),
+        templates=Templates.from_card(taskset.card, own=taskset.ref.kind == "builtin"),
         success_threshold=threshold,
     )
 

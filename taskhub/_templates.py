@@ -240,7 +240,8 @@ class Templates:
     """The prompt templates of a taskset, compiled once.
 
     A card's templates are rendered off the event loop, under a deadline and an output limit
-    that a template cannot escape (see ``BoundedSandbox``); taskhub's own defaults, in the loop.
+    that a template cannot escape (see ``BoundedSandbox``); taskhub's own (the defaults, and
+    the cards of built-in tasksets), in the loop.
     """
 
     system: str
@@ -256,8 +257,13 @@ class Templates:
     _own: set[str] = field(default_factory=set, repr=False, compare=False)
 
     @classmethod
-    def from_card(cls, card: TasksetCard) -> Templates:
+    def from_card(cls, card: TasksetCard, *, own: bool = False) -> Templates:
         """Use the card's templates, the defaults where it sets none.
+
+        Args:
+            card: The taskset card.
+            own: The card is one of taskhub's own (a built-in taskset, as trusted as taskhub's
+                code): its templates render in the loop, as the defaults do.
 
         Raises:
             ConfigError: A template is too long or does not compile.
@@ -270,7 +276,11 @@ class Templates:
         reads: set[str] = set()
         for name in ("system", "first", "step"):
             source = getattr(templates, name)
-            if source in (DEFAULT_SYSTEM_PROMPT, DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_TEMPLATE):
+            if own or source in (
+                DEFAULT_SYSTEM_PROMPT,
+                DEFAULT_PROMPT_TEMPLATE,
+                DEFAULT_STEP_TEMPLATE,
+            ):
                 templates._own.add(name)
             if len(source) > MAX_TEMPLATE_CHARS:
                 raise ConfigError(

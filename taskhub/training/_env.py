@@ -160,7 +160,7 @@ class TrainingEnv:
         self.seed = seed
         self.rewards = list(rewards) if rewards else None
         self.max_steps = max_steps
-        self.templates = Templates.from_card(taskset.card)
+        self.templates = Templates.from_card(taskset.card, own=taskset.ref.kind == "builtin")
         self._reward_set = RewardSet()
         self._task_rewards: dict[str, list[BoundReward]] = {}
         self._tasks = {t.task_id: t for tasks in taskset.splits.values() for t in tasks}

@@ -203,6 +203,31 @@ def test_templates_know_what_they_read() -> None:
     assert {"text_field", "action_schema_json", "observation_text"} <= default.reads
 
 
+def test_a_cards_templates_render_off_the_loop_and_a_built_in_cards_in_it() -> None:
+    import asyncio
+    import threading
+
+    in_loop: list[bool] = []
+
+    class Probe:
+        def __str__(self) -> str:
+            in_loop.append(threading.current_thread() is threading.main_thread())
+            return "probe"
+
+    card = TasksetCard(system_prompt="Plain rules.", prompt_template="{{ probe }}")
+
+    async def render(templates: Templates) -> list[str]:
+        return [
+            await templates.render_async("first", probe=Probe()),
+            await templates.render_async("system"),  # reads nothing: rendered once, then kept
+            await templates.render_async("system"),
+        ]
+
+    assert asyncio.run(render(Templates.from_card(card))) == ["probe", *["Plain rules."] * 2]
+    assert asyncio.run(render(Templates.from_card(card, own=True)))[0] == "probe"
+    assert in_loop == [False, True]  # a card's template in a thread; taskhub's own in the loop
+
+
 def test_variables_are_computed_only_when_a_template_reads_them() -> None:
     from taskhub import Task
     from taskhub._agent import template_variables
