@@ -2,8 +2,9 @@
 
 An env refuses actions that do not fit it, and a hand-rolled one often refuses the emptiest
 one (an ``action_type`` that must be one of a few verbs, a field that must not be empty). The
-candidates are tried in order until one is accepted: the emptiest valid action first, then one
-per enum option or union variant, then the schema's own examples.
+candidates are tried in order until one is accepted: the emptiest valid action first (a short
+text where every field is optional: an empty body is no action), then one per enum option or
+union variant, then the schema's own examples.
 """
 
 from __future__ import annotations
@@ -107,13 +108,30 @@ def _fill(variant: dict[str, Any], *, option: int = 0, enum_field: str | None = 
     return action
 
 
+#: The text put in an action's free text field when no field is required (``message``).
+PLACEHOLDER_TEXT = "noop"
+
+
+def _free_text(variant: dict[str, Any]) -> str | None:
+    """The first free-text (string, not enum) property of an action schema, if any."""
+    for name, raw in (variant.get("properties") or {}).items():
+        spec = _typed(raw) if isinstance(raw, dict) else {}
+        if name != "metadata" and spec.get("type") == "string" and "enum" not in spec:
+            return str(name)
+    return None
+
+
 def candidate_actions(schema: dict[str, Any] | None) -> list[JsonObject]:
     """Actions to try, most plausible first (at most ``MAX_CANDIDATES``, no duplicates)."""
     if not schema:
         return [{}]
     candidates: list[JsonObject] = []
     for variant in _variants(schema):
-        candidates.append(_fill(variant))
+        emptiest = _fill(variant)
+        text = _free_text(variant) if not emptiest else None
+        if text is not None:  # every field optional: an empty action is no action at all
+            candidates.append({text: PLACEHOLDER_TEXT})
+        candidates.append(emptiest)
         properties = variant.get("properties") or {}
         for name, raw in properties.items():
             spec = _typed(raw) if isinstance(raw, dict) else {}

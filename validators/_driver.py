@@ -63,6 +63,9 @@ class Exchange:
     error: str | None = None
     code: str | None = None
     latency_s: float = 0.0
+    after_done: bool = False
+    """A step sent on a session whose episode had ended (``runtime.step_after_done`` judges
+    what the env did with it)."""
 
     def evidence(self) -> JsonObject:
         """The exchange as report evidence: the frame sent and the frame received."""
@@ -107,9 +110,11 @@ class TracedSession:
         """Wrap ``inner``; exchanges are credited to the driver's current check."""
         self.inner = inner
         self.driver = driver
+        self.done = False
 
     async def _call(self, op: Literal["reset", "step", "state"], request: Any, call: Any) -> Any:
         exchange = Exchange(self.driver.current_check, op, request)
+        exchange.after_done = op == "step" and self.done
         started = time.perf_counter()
         try:
             result = await call
@@ -121,6 +126,15 @@ class TracedSession:
             exchange.latency_s = time.perf_counter() - started
             self.driver.record(exchange)
         exchange.reply = frame_of(result) if isinstance(result, StepResult) else result
+        if isinstance(result, StepResult):
+            # a terminal reply that repeats the last one and pays nothing answers a step after
+            # the end, even when another client ended it (one env shared by every client)
+            last = self.driver.last_terminal
+            repeat = result.done and result.reward is None and result.observation == last
+            exchange.after_done = exchange.after_done or (op == "step" and repeat)
+            self.done = result.done
+            if result.done:
+                self.driver.last_terminal = result.observation
         return result
 
     async def reset(self, **kwargs: Any) -> StepResult:
@@ -254,6 +268,8 @@ class EnvDriver:
     python: str | None = None
     on_launch: Callable[[LocalServer], None] | None = None
     exchanges: list[Exchange] = field(default_factory=list)
+    last_terminal: JsonObject | None = None
+    """The observation of the last reply, in any session, that ended an episode."""
     current_check: str = ""
     rss_samples_mb: list[float] = field(default_factory=list)
     episode_durations_s: list[float] = field(default_factory=list)

@@ -780,13 +780,24 @@ async def probe_http_episode(subject: Subject) -> HttpEpisode:
             await first.reset(**kwargs)
         except EnvError as exc:
             return HttpEpisode("unknown", f"an HTTP reset failed: {exc}"[:400], measured)
-        state_0, _ = await _http_state(first)
+        state_0, state_0_error = await _http_state(first)
         try:
             result = await first.step(action)
         except EnvError as exc:
+            also = (
+                f"; GET {dialect.state_path} failed after the reset too: {state_0_error}"
+                if state_0_error is not None and "HTTP 5" in state_0_error
+                else ""
+            )
             return fresh(
-                f"HTTP POST {dialect.step_path} failed right after a successful reset: {exc}",
-                {"reset": kwargs, "action": action, "error": str(exc)[:400]},
+                f"HTTP POST {dialect.step_path} failed right after a successful reset: "
+                f"{str(exc)[:300]}{also}",
+                {
+                    "reset": kwargs,
+                    "action": action,
+                    "error": str(exc)[:400],
+                    "state_after_reset": state_0 if state_0_error is None else state_0_error,
+                },
             )
         state_1, state_error = await _http_state(first)
         if state_1 is None and state_error is not None and (state_0 is not None or over_ws):
@@ -1075,9 +1086,12 @@ async def check_malformed_input(subject: Subject) -> Finding:
         if dialect.reset_keys != () and reset_takes_body(await subject.get(WIRE), dialect):
             # a reset route that takes no body may ignore whatever is sent
             http_probes.append(("non_object", dialect.reset_path, b"[1, 2, 3]"))
-        if (schema or {}).get("required"):
-            empty: JsonObject = {"action": {}} if dialect.wrap_action else {}
-            http_probes.insert(2, ("missing_fields", dialect.step_path, json.dumps(empty).encode()))
+        # an empty body is no action at all: a bare step route that plays it (every field
+        # optional) grades nothing as if it were a move
+        http_probes.insert(2, ("empty_body", dialect.step_path, b"{}"))
+        if dialect.wrap_action and (schema or {}).get("required"):
+            empty = json.dumps({"action": {}}).encode()
+            http_probes.insert(3, ("missing_fields", dialect.step_path, empty))
         for name, path, content in http_probes:
             if name != "non_object":
                 await _http_reset(subject)  # a live episode, so that only the body is at fault

@@ -440,7 +440,7 @@ async def check_termination(subject: Subject) -> Finding:
     after=("runtime.termination",),
 )
 async def check_step_after_done(subject: Subject) -> Finding:
-    """A step after the episode ended is refused (or changes nothing and pays nothing)."""
+    """A step after the episode ended is refused, not played."""
     task = subject.tasks[0]
     policy = noop_policy(subject)
     cap = subject.policy.bounds.max_episode_steps
@@ -472,20 +472,18 @@ async def check_step_after_done(subject: Subject) -> Finding:
             "changes_from_the_final_observation": field_diff(final.observation, result.observation),
         }
     ]
-    if result.done and not result.reward and not evidence[0]["changes_from_the_final_observation"]:
-        return passed(
-            "a step after done repeated the final observation (done=True, no reward)",
-            evidence=evidence,
+    changed = bool(evidence[0]["changes_from_the_final_observation"])
+    if not changed and result.done and not result.reward:
+        how = "answered like a step (the final observation again, done=True, no reward)"
+    else:
+        how = f"played on (done={result.done}, reward={result.reward})" + (
+            ", with a new observation" if changed else ""
         )
     return failed(
-        f"a step after done was accepted (done={result.done}, reward={result.reward})"
-        + (
-            " and answered a new observation instead of an error"
-            if evidence[0]["changes_from_the_final_observation"]
-            else ""
-        ),
-        "Refuse step() once the episode is over (raise: it becomes an EXECUTION_ERROR frame); "
-        "agents must call reset().",
+        f"a step after done was accepted and {how} instead of an error",
+        "Refuse step() once the episode is over (raise: it becomes an EXECUTION_ERROR frame, "
+        "or answer HTTP 4xx): a client that keeps stepping must learn that the episode ended "
+        "and call reset().",
         evidence=evidence,
     )
 
@@ -557,15 +555,27 @@ async def check_resource_bounds(subject: Subject) -> Finding:
 
 @check("runtime.reward_well_formed", level="runtime", needs=("episode", "exchanges"))
 async def check_reward_well_formed(subject: Subject) -> Finding:
-    """Every reward is a finite number in the declared range; null only on reset."""
+    """Every reward is a finite number in the declared range; null only on reset.
+
+    Steps sent after the episode ended, and empty actions where real ones were played, are
+    left out: other checks judge them.
+    """
     declared = subject.env.declared_range
     problems: list[Any] = []
     rewards: list[float] = []
-    for exchange in subject.driver.exchanges:
-        if exchange.op not in ("reset", "step"):
+    exchanges = [
+        e
+        for e in subject.driver.exchanges
+        if e.op in ("reset", "step") and e.error is None and not e.after_done
+    ]  # a refusal returned no reward; a step after done is runtime.step_after_done's
+    # an empty action is no action (protocol.malformed_input judges whether it is refused):
+    # where real actions were played, what an empty one pays says nothing of the reward
+    played = any(e.op == "step" and e.request for e in exchanges)
+    excluded = 0
+    for exchange in exchanges:
+        if played and exchange.op == "step" and not exchange.request:
+            excluded += 1
             continue
-        if exchange.error is not None:
-            continue  # a refusal returned no reward
         reward = (exchange.reply or {}).get("reward")
         if reward is None:
             if exchange.op == "step":
@@ -588,6 +598,7 @@ async def check_reward_well_formed(subject: Subject) -> Finding:
         "max": max(rewards) if rewards else None,
         "declared_range": list(declared) if declared else None,
         "problems": len(problems),
+        "empty_actions_left_out": excluded,
     }
     if problems:
         first = problems[0]
