@@ -93,6 +93,17 @@ async def check_startup(subject: Subject) -> Finding:
     return passed(f"{driver.url} answers HTTP", measured={"status": reply.status})
 
 
+def first_and_last(subject: Subject) -> list[Task]:
+    """The first and the last task; only the first on an env measured slow.
+
+    An env whose resets take longer than a request is given plays one task, so that the
+    checks that play both still fit the validation's budget.
+    """
+    tasks = subject.tasks
+    both = len(tasks) > 1 and subject.driver.slowdown <= 1.0
+    return [tasks[0], tasks[-1]] if both else [tasks[0]]
+
+
 # --- runtime.state_contract --------------------------------------------------------------------
 
 
@@ -141,6 +152,128 @@ async def check_state_contract(subject: Subject) -> Finding:
     )
 
 
+# --- runtime.http_episode ----------------------------------------------------------------------
+
+
+@check("runtime.http_episode", level="runtime", needs=("episode",))
+async def check_http_episode(subject: Subject) -> Finding:
+    """An episode over HTTP keeps its state between requests, and each client its own.
+
+    A server that plays only over HTTP must carry the episode across ``POST /reset`` and
+    ``/step`` (not build a fresh env for each: a ``/step`` that answers 500 or never
+    advances), and must not let a second client's reset change the first client's episode
+    (one global env for every client). A ``/ws`` server's stateless HTTP routes are
+    ``protocol.http_stateless``'s finding.
+    """
+    probe = await subject.get(HTTP_EPISODE)
+    if probe.outcome in ("broken", "shared"):
+        return failed(
+            probe.summary,
+            probe.remediation,
+            measured=probe.measured,
+            evidence=probe.evidence,
+        )
+    if probe.outcome in ("carries", "isolated"):
+        return passed(probe.summary, measured=probe.measured)
+    if probe.outcome == "stateless":
+        return skipped(
+            "the HTTP routes serve a fresh env per request and episodes play over /ws "
+            "(protocol.http_stateless reports it)",
+            measured=probe.measured,
+        )
+    return skipped(probe.summary, measured=probe.measured)
+
+
+# --- runtime.termination, runtime.step_after_done ----------------------------------------------
+
+
+@check("runtime.termination", level="runtime", needs=("episode",))
+async def check_termination(subject: Subject) -> Finding:
+    """A do-nothing episode ends by itself (done) within the step and time ceilings."""
+    cap = subject.policy.bounds.max_episode_steps
+    timeout = subject.env.manifest.episode_timeout_s if subject.env.manifest else None
+    tasks = first_and_last(subject)
+    endless: list[Any] = []
+    lengths = []
+    for task in tasks:
+        trajectory = await subject.driver.play(
+            subject.reset_kwargs(task), noop_policy(subject), max_steps=cap
+        )
+        lengths.append(len(trajectory.steps))
+        if trajectory.error is not None:
+            endless.append({"error": str(trajectory.error)[:300], **trajectory.describe(3)})
+        elif not trajectory.done:
+            endless.append(trajectory.describe(3))
+        elif timeout is not None and trajectory.duration_s > timeout:
+            endless.append({"duration_s": trajectory.duration_s, "declared_s": timeout})
+    measured: JsonObject = {"steps": lengths, "step_ceiling": cap}
+    if endless:
+        return failed(
+            f"a do-nothing episode did not end within {cap} steps"
+            + (f" or {timeout:g}s" if timeout else ""),
+            "End every episode: set done=True when the task is solved, failed, or out of "
+            "its move budget.",
+            measured=measured,
+            evidence=endless[:2],
+        )
+    return passed(f"do-nothing episodes ended after {lengths} steps", measured=measured)
+
+
+@check(
+    "runtime.step_after_done",
+    level="runtime",
+    needs=("episode",),
+    after=("runtime.termination",),
+)
+async def check_step_after_done(subject: Subject) -> Finding:
+    """A step after the episode ended is refused, not played."""
+    task = subject.tasks[0]
+    policy = noop_policy(subject)
+    cap = subject.policy.bounds.max_episode_steps
+    result = None
+    try:
+        async with subject.driver.episode(subject.reset_kwargs(task)) as (session, last):
+            for index in range(cap):
+                if last.done:
+                    break
+                last = await session.step(policy(index, last))
+            if not last.done:
+                return skipped("the episode did not end (runtime.termination reports it)")
+            final = last
+            # the reference answer, when there is one: a step after done must not pay
+            solution = subject.oracle_actions(task)
+            action = solution[0] if solution else policy(0, last)
+            try:
+                result = await session.step(action)
+            except EnvError as exc:
+                return passed(f"a step after done was refused: {exc}"[:300])
+    except EnvError as exc:
+        return failed(f"the episode failed: {exc}", "Episodes must run.")
+    evidence = [
+        {
+            "action": action,
+            "observation": result.observation,
+            "reward": result.reward,
+            "done": result.done,
+            "changes_from_the_final_observation": field_diff(final.observation, result.observation),
+        }
+    ]
+    changed = bool(evidence[0]["changes_from_the_final_observation"])
+    if not changed and result.done and not result.reward:
+        how = "answered like a step (the final observation again, done=True, no reward)"
+    else:
+        how = f"played on (done={result.done}, reward={result.reward})" + (
+            ", with a new observation" if changed else ""
+        )
+    return failed(
+        f"a step after done was accepted and {how} instead of an error",
+        "Refuse step() once the episode is over (raise: it becomes an EXECUTION_ERROR frame, "
+        "or answer HTTP 4xx): a client that keeps stepping must learn that the episode ended "
+        "and call reset().",
+        evidence=evidence,
+    )
+
+
 # --- runtime.seed_control ----------------------------------------------------------------------
 
 
@@ -162,13 +295,13 @@ class SeedProbe:
 
 
 async def probe_seeds(subject: Subject) -> list[SeedProbe]:
-    """Reset the first and last task with one seed twice and with two other seeds.
+    """Reset the first and last task (``first_and_last``) with one seed twice, and two others.
 
     Every reset of one task carries the same episode id, so that an observation that echoes
     it still compares equal; the id is masked as well.
     """
-    tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
     driver = subject.driver
+    tasks = first_and_last(subject)
     probes = []
     for task in tasks:
         seed = task.reset.get("seed")
@@ -325,8 +458,11 @@ async def check_episode_isolation(subject: Subject) -> Finding:
     kwargs_b = subject.reset_kwargs(task_b, seed=seed_b, tag="iso-b")
     steps = min(COMPARE_STEPS - 1, subject.max_steps_for(task_a))
     policy = noop_policy(subject)
-    solo_a = await subject.driver.play(kwargs_a, policy, max_steps=steps, snapshots=True)
-    solo_b = await subject.driver.play(kwargs_b, policy, max_steps=steps, snapshots=True)
+    # without a state route the trajectories alone are compared
+    driver = subject.driver
+    stated = driver.transport == "ws" or driver.dialect.state_path is not None
+    solo_a = await driver.play(kwargs_a, policy, max_steps=steps, snapshots=stated)
+    solo_b = await driver.play(kwargs_b, policy, max_steps=steps, snapshots=stated)
     if solo_a.error or solo_b.error:
         return failed(
             f"a solo episode failed: {solo_a.error or solo_b.error}",
@@ -350,8 +486,9 @@ async def check_episode_isolation(subject: Subject) -> Finding:
                 inter_b.first = await session_b.reset(**kwargs_b)
             except EnvCapacityError:
                 return skipped("the server serves one session at a time: sessions cannot interfere")
-            inter_a.states.append(await session_a.state())
-            inter_b.states.append(await session_b.state())
+            if stated:
+                inter_a.states.append(await session_a.state())
+                inter_b.states.append(await session_b.state())
             for _ in range(steps):
                 for session, trajectory in ((session_a, inter_a), (session_b, inter_b)):
                     last = trajectory.steps[-1][1] if trajectory.steps else trajectory.first
@@ -362,7 +499,7 @@ async def check_episode_isolation(subject: Subject) -> Finding:
                         continue
                     result = await session.step(action)
                     trajectory.steps.append((action, result))
-                    if not result.done:
+                    if stated and not result.done:
                         trajectory.states.append(await session.state())
     except EnvError as exc:
         return failed(
@@ -398,97 +535,11 @@ async def check_episode_isolation(subject: Subject) -> Finding:
     return passed("two interleaved sessions reproduced their solo trajectories", measured=measured)
 
 
-# --- runtime.termination, runtime.step_after_done ----------------------------------------------
-
-
-@check("runtime.termination", level="runtime", needs=("episode",))
-async def check_termination(subject: Subject) -> Finding:
-    """A do-nothing episode ends by itself (done) within the step and time ceilings."""
-    cap = subject.policy.bounds.max_episode_steps
-    timeout = subject.env.manifest.episode_timeout_s if subject.env.manifest else None
-    tasks = [subject.tasks[0]] + ([subject.tasks[-1]] if len(subject.tasks) > 1 else [])
-    endless: list[Any] = []
-    lengths = []
-    for task in tasks:
-        trajectory = await subject.driver.play(
-            subject.reset_kwargs(task), noop_policy(subject), max_steps=cap
-        )
-        lengths.append(len(trajectory.steps))
-        if trajectory.error is not None:
-            endless.append({"error": str(trajectory.error)[:300], **trajectory.describe(3)})
-        elif not trajectory.done:
-            endless.append(trajectory.describe(3))
-        elif timeout is not None and trajectory.duration_s > timeout:
-            endless.append({"duration_s": trajectory.duration_s, "declared_s": timeout})
-    measured: JsonObject = {"steps": lengths, "step_ceiling": cap}
-    if endless:
-        return failed(
-            f"a do-nothing episode did not end within {cap} steps"
-            + (f" or {timeout:g}s" if timeout else ""),
-            "End every episode: set done=True when the task is solved, failed, or out of "
-            "its move budget.",
-            measured=measured,
-            evidence=endless[:2],
-        )
-    return passed(f"do-nothing episodes ended after {lengths} steps", measured=measured)
-
-
-@check(
-    "runtime.step_after_done",
-    level="runtime",
-    needs=("episode",),
-    after=("runtime.termination",),
-)
-async def check_step_after_done(subject: Subject) -> Finding:
-    """A step after the episode ended is refused, not played."""
-    task = subject.tasks[0]
-    policy = noop_policy(subject)
-    cap = subject.policy.bounds.max_episode_steps
-    result = None
-    try:
-        async with subject.driver.episode(subject.reset_kwargs(task)) as (session, last):
-            for index in range(cap):
-                if last.done:
-                    break
-                last = await session.step(policy(index, last))
-            if not last.done:
-                return skipped("the episode did not end (runtime.termination reports it)")
-            final = last
-            # the reference answer, when there is one: a step after done must not pay
-            solution = subject.oracle_actions(task)
-            action = solution[0] if solution else policy(0, last)
-            try:
-                result = await session.step(action)
-            except EnvError as exc:
-                return passed(f"a step after done was refused: {exc}"[:300])
-    except EnvError as exc:
-        return failed(f"the episode failed: {exc}", "Episodes must run.")
-    evidence = [
-        {
-            "action": action,
-            "observation": result.observation,
-            "reward": result.reward,
-            "done": result.done,
-            "changes_from_the_final_observation": field_diff(final.observation, result.observation),
-        }
-    ]
-    changed = bool(evidence[0]["changes_from_the_final_observation"])
-    if not changed and result.done and not result.reward:
-        how = "answered like a step (the final observation again, done=True, no reward)"
-    else:
-        how = f"played on (done={result.done}, reward={result.reward})" + (
-            ", with a new observation" if changed else ""
-        )
-    return failed(
-        f"a step after done was accepted and {how} instead of an error",
-        "Refuse step() once the episode is over (raise: it becomes an EXECUTION_ERROR frame, "
-        "or answer HTTP 4xx): a client that keeps stepping must learn that the episode ended "
-        "and call reset().",
-        evidence=evidence,
-    )
-
-
 # --- runtime.resource_bounds -------------------------------------------------------------------
+
+
+#: Episodes played before memory and open files are first read.
+GROWTH_WARMUP = 5
 
 
 @check("runtime.resource_bounds", level="runtime", needs=("episode", "process"))
@@ -509,7 +560,14 @@ async def check_resource_bounds(subject: Subject) -> Finding:
             for i in range(n)
         ]
 
-    await run(5)
+    started = time.perf_counter()
+    await run(GROWTH_WARMUP)
+    per_episode = (time.perf_counter() - started) / GROWTH_WARMUP
+    # a slow env plays as many episodes as fit in half the check's deadline (at least the
+    # warm-up's number), so that the check ends rather than the budget
+    limit = subject.config.check_timeout_s * min(max(subject.driver.slowdown, 1.0), 4.0)
+    fit = int(limit / 2 / max(per_episode, 1e-3))
+    episodes = max(GROWTH_WARMUP, min(episodes, fit))
     rss0, fds0 = process_rss_mb(pid), open_fds(pid)
     runs = await run(episodes)
     await asyncio.sleep(0.2)
@@ -522,6 +580,8 @@ async def check_resource_bounds(subject: Subject) -> Finding:
     per_100 = growth / episodes * 100
     measured: JsonObject = {
         "episodes": episodes,
+        "episodes_asked": subject.config.growth_episodes,
+        "episode_s": round(per_episode, 3),
         "rss_start_mb": round(rss0, 1),
         "rss_end_mb": round(rss1, 1),
         "growth_mb": round(growth, 2),
@@ -785,38 +845,6 @@ async def check_oracle_containment(subject: Subject) -> Finding:
             evidence=[{"task_id": example.task_id, "answer": example.answer, "states": states[:2]}],
         )
     return passed(f"state() holds no answer in {checked} tasks", measured=measured)
-
-
-# --- runtime.http_episode ----------------------------------------------------------------------
-
-
-@check("runtime.http_episode", level="runtime", needs=("episode",))
-async def check_http_episode(subject: Subject) -> Finding:
-    """An episode over HTTP keeps its state between requests, and each client its own.
-
-    A server that plays only over HTTP must carry the episode across ``POST /reset`` and
-    ``/step`` (not build a fresh env for each: a ``/step`` that answers 500 or never
-    advances), and must not let a second client's reset change the first client's episode
-    (one global env for every client). A ``/ws`` server's stateless HTTP routes are
-    ``protocol.http_stateless``'s finding.
-    """
-    probe = await subject.get(HTTP_EPISODE)
-    if probe.outcome in ("broken", "shared"):
-        return failed(
-            probe.summary,
-            probe.remediation,
-            measured=probe.measured,
-            evidence=probe.evidence,
-        )
-    if probe.outcome in ("carries", "isolated"):
-        return passed(probe.summary, measured=probe.measured)
-    if probe.outcome == "stateless":
-        return skipped(
-            "the HTTP routes serve a fresh env per request and episodes play over /ws "
-            "(protocol.http_stateless reports it)",
-            measured=probe.measured,
-        )
-    return skipped(probe.summary, measured=probe.measured)
 
 
 # --- runtime.tool_declaration_accuracy, runtime.task_declaration_accuracy ---------------------

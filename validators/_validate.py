@@ -234,6 +234,24 @@ class _Run:
         subject.driver.sample_rss()
         return result
 
+    def stopped(self, specs: list[CheckSpec]) -> None:
+        """Report every check that did not finish as an error: the validation was stopped."""
+        running = self.subject.driver.current_check
+        for spec in specs:
+            if spec.id in self.subject.results:
+                continue
+            during = spec.id == running
+            result = CheckResult(
+                id=spec.id,
+                level=spec.level,
+                status="error",
+                severity=self.policy.severity(spec.id, legacy_manifest=self.legacy_manifest),
+                summary="the validation was stopped "
+                + ("during this check" if during else "before this check started"),
+            )
+            self.subject.results[spec.id] = result
+            self.results.append(result)
+
     def _server_died(self) -> str | None:
         server = self.subject.driver.server
         if server is None or server.process.poll() is None or id(server) in self.deaths_seen:
@@ -471,6 +489,19 @@ async def validate_async(
             if config.checks is None:  # RFC 008's ids no check implements: skips, with why
                 lane: Lane = "hub" if config.model else "local"
                 run.results += policy.unimplemented([s.id for s in specs], lane)
+        except asyncio.CancelledError:
+            # stopped from outside (a signal, a supervisor's deadline): what finished stands,
+            # and the report says which checks did not run
+            current = asyncio.current_task()
+            if current is None or current.uncancel() > 0:
+                raise
+            run.stopped(specs)
+            error = ErrorInfo(
+                type="Interrupted",
+                boundary="validate",
+                message=f"the validation was stopped after {len(subject.results)} of "
+                f"{len(specs)} checks; the others are errors",
+            )
         except Exception as exc:  # the aggregator itself failed: an internal error
             logger.exception("validation of %s failed", target)
             error = ErrorInfo(type=type(exc).__name__, message=str(exc), boundary="validate")
@@ -479,7 +510,7 @@ async def validate_async(
             if workdir is not None:
                 remove_tree(workdir)
     results = run.results
-    if error is not None:
+    if error is not None and error.type != "Interrupted":
         verdict = "error"
     elif (
         kind == "url"

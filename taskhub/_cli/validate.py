@@ -8,16 +8,21 @@ signal stopped it (130 Ctrl-C, 143 SIGTERM).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import SecretStr, ValidationError
 
 from taskhub._errors import TaskhubError
+
+if TYPE_CHECKING:
+    from taskhub.validators import ValidationConfig, ValidationReport
 
 USAGE_EXIT = 2
 INTERNAL_EXIT = 3
@@ -161,7 +166,6 @@ def validate_command(
         read_submissions,
         render_report,
         rfc008_report,
-        validate,
         validate_batch,
     )
 
@@ -261,8 +265,9 @@ def validate_command(
             "give an env TARGET (folder, built-in env, URL, git source) or --batch FILE", err=True
         )
         raise typer.Exit(USAGE_EXIT)
+    signals: list[int] = []
     try:
-        report = validate(target, config)
+        report = asyncio.run(_validate_until_stopped(target, config, signals))
     except TaskhubError as exc:
         typer.echo(f"{type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(USAGE_EXIT) from None
@@ -280,4 +285,34 @@ def validate_command(
         sys.stdout.write(text + "\n")
     else:
         typer.echo(render_report(report, verbose=verbose))
+    if signals:
+        name = signal.Signals(signals[0]).name
+        typer.echo(f"stopped by {name}: the report holds the checks that finished", err=True)
+        raise typer.Exit(128 + signals[0])
     raise typer.Exit(report.exit_code)
+
+
+async def _validate_until_stopped(
+    target: str, config: ValidationConfig, signals: list[int]
+) -> ValidationReport:
+    """Validate; Ctrl-C or SIGTERM stops the checks, and the report keeps what finished.
+
+    The signals met are appended to ``signals``.
+    """
+    from taskhub.validators import validate_async
+
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+
+    def stop(signum: int) -> None:
+        if not signals and task is not None:
+            task.cancel()
+        signals.append(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        return await validate_async(target, config)
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)

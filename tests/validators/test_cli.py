@@ -101,3 +101,45 @@ def test_batch_command_writes_reports_and_a_ranked_summary(tmp_path: Path) -> No
     assert again.exit_code == 0
     assert [r["name"] for r in json.loads(again.stdout)] == ["good", "unpinned"]
     assert "resumed" in again.stderr
+
+
+def test_a_validation_stopped_by_sigterm_keeps_the_checks_that_finished(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.validators.test_batch import corpus_copy, processes_under
+
+    root = corpus_copy(tmp_path, "hangs")
+    out = tmp_path / "report.json"
+    taskhub = str(Path(sys.executable).parent / "taskhub")
+    argv = [taskhub, "validate", str(root / "hangs"), "--json", "--output", str(out)]
+    argv += ["--startup-timeout", "120", "--taskset", str(QUIZ)]
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        # the static checks are done once the env's server runs
+        while not [p for p in processes_under(root / "hangs") if "uvicorn" in p]:
+            assert run.poll() is None, run.communicate()
+            assert time.monotonic() < deadline, "the env's server never started"
+            time.sleep(0.2)
+        run.send_signal(signal.SIGTERM)
+        stdout, stderr = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 128 + signal.SIGTERM, stderr
+    assert "stopped by SIGTERM" in stderr
+    report = ValidationReport.model_validate_json(out.read_text())
+    assert ValidationReport.model_validate_json(stdout) == report
+    assert report.error is not None and report.error.type == "Interrupted"
+    by_id = {c.id: c for c in report.checks}
+    assert by_id["static.manifest"].status == "pass"
+    assert by_id["runtime.startup"].status == "error"
+    assert by_id["runtime.startup"].summary == "the validation was stopped during this check"
+    assert by_id["protocol.episode"].summary == (
+        "the validation was stopped before this check started"
+    )
+    assert report.verdict in ("fail", "warn")  # judged on what finished
+    assert processes_under(root / "hangs", wait_s=10) == []  # the env server went with it
