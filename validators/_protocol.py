@@ -1049,7 +1049,12 @@ def reset_takes_body(wire: Wire, dialect: HttpDialect) -> bool:
     return bool(operation.get("requestBody")) or bool(request_schema(spec, dialect.reset_path))
 
 
-@check("protocol.malformed_input", level="protocol", needs=("episode",), disrupts=True)
+#: The runtime checks malformed input waits for: they find the most common defects in a few
+#: episodes, and a slow env's budget must reach them (a server the probes crash is relaunched).
+MALFORMED_AFTER = ("runtime.http_episode", "runtime.termination", "runtime.step_after_done")
+
+
+@check("protocol.malformed_input", level="protocol", needs=("episode",), uses=MALFORMED_AFTER)
 async def check_malformed_input(subject: Subject) -> Finding:
     """Malformed frames (bad JSON, unknown type, invalid action...) get errors; the server lives."""
     outcomes: list[JsonObject] = []

@@ -560,12 +560,14 @@ async def check_resource_bounds(subject: Subject) -> Finding:
             for i in range(n)
         ]
 
-    started = time.perf_counter()
-    await run(GROWTH_WARMUP)
-    per_episode = (time.perf_counter() - started) / GROWTH_WARMUP
-    # a slow env plays as many episodes as fit in half the check's deadline (at least the
-    # warm-up's number), so that the check ends rather than the budget
+    # a slow env warms up on fewer episodes and plays as many as fit in half the check's
+    # deadline (at least the warm-up's number), so that the check ends rather than the budget
     limit = subject.config.check_timeout_s * min(max(subject.driver.slowdown, 1.0), 4.0)
+    started = time.perf_counter()
+    await run(1)
+    per_episode = time.perf_counter() - started
+    warmup = max(1, min(GROWTH_WARMUP - 1, int(limit / 8 / max(per_episode, 1e-3))))
+    await run(warmup)
     fit = int(limit / 2 / max(per_episode, 1e-3))
     episodes = max(GROWTH_WARMUP, min(episodes, fit))
     rss0, fds0 = process_rss_mb(pid), open_fds(pid)
