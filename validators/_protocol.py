@@ -948,8 +948,11 @@ class Probe:
 ALIVE_GRACE_S = 10.0
 
 
-async def _alive(subject: Subject) -> tuple[bool, str]:
+async def _alive(subject: Subject, *, reset: bool = True) -> tuple[bool, str]:
     """Whether the server still serves: its process runs, /health and a fresh reset answer.
+
+    With ``reset=False`` the reset is left out (between probes: a slow env's resets are
+    costly; the last probe is followed by one).
 
     A launched server whose process still runs gets ``ALIVE_GRACE_S`` to answer /health again:
     on a loaded machine a server busy with the probe's aftermath is slow, not dead.
@@ -966,6 +969,8 @@ async def _alive(subject: Subject) -> tuple[bool, str]:
         if server is None or time.monotonic() >= grace_until:
             return False, f"/health no longer answers: {health.error}"
         await asyncio.sleep(0.2)
+    if not reset:
+        return True, "alive"
     task = subject.tasks[0] if subject.tasks else None
     trajectory = await subject.driver.play(
         subject.reset_kwargs(task) if task else {"seed": 1}, lambda i, r: None, max_steps=0
@@ -1073,9 +1078,9 @@ async def check_malformed_input(subject: Subject) -> Finding:
             Probe("non_object", "[1, 2, 3]", False),
             Probe("binary", b"\x00\xff\x00taskhub", False),
         ]
-        for probe in probes:
+        for index, probe in enumerate(probes):
             outcomes.append(await _probe_ws(subject, probe))
-            alive, why = await _alive(subject)
+            alive, why = await _alive(subject, reset=index == len(probes) - 1)
             if not alive:
                 outcomes[-1]["problem"] = f"the server died on it: {why}"
                 break
@@ -1097,11 +1102,15 @@ async def check_malformed_input(subject: Subject) -> Finding:
         if dialect.wrap_action and (schema or {}).get("required"):
             empty = json.dumps({"action": {}}).encode()
             http_probes.insert(3, ("missing_fields", dialect.step_path, empty))
-        for name, path, content in http_probes:
-            if name != "non_object":
-                await _http_reset(subject)  # a live episode, so that only the body is at fault
+        live = False  # a live episode, so that only the body is at fault
+        for index, (name, path, content) in enumerate(http_probes):
+            if name != "non_object" and not live:
+                await _http_reset(subject)
+                live = True
             outcomes.append(await _probe_http(subject, name, path, content))
-            alive, why = await _alive(subject)
+            # a refused body leaves the episode as it was; an accepted one may have ended it
+            live = live and "problem" not in outcomes[-1]
+            alive, why = await _alive(subject, reset=index == len(http_probes) - 1)
             if not alive:
                 outcomes[-1]["problem"] = f"the server died on it: {why}"
                 break

@@ -134,8 +134,8 @@ def corpus_batch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         | ({"taskset": str(ENVS / name / "taskset")} if (ENVS / name / "taskset").is_dir() else {})
         for name in EXPECTED
     ]
-    # the hang (a 60 s startup wait) outlasts its 10 s deadline: the batch must kill it and carry on
-    rows.append({"name": "hangs", "folder": str(ENVS / "hangs"), "deadline_s": 10})
+    # the hang (a 60 s startup wait) outlasts its 30 s deadline: the batch must kill it and carry on
+    rows.append({"name": "hangs", "folder": str(ENVS / "hangs"), "deadline_s": 30})
     submissions_file = out / "submissions.jsonl"
     submissions_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     submissions = read_submissions(submissions_file)
