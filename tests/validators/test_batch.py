@@ -287,6 +287,7 @@ def test_a_git_source_that_cannot_be_cloned_exits_3(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.timeout(900)  # it may be the first to pay for the corpus batch (session fixture)
 def test_skips_name_the_failure_that_caused_them_and_count_against_the_env(
     corpus_batch: dict[str, Any],
 ) -> None:
