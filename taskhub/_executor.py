@@ -9,7 +9,7 @@ executor (``taskhub._ray.RayExecutor``) runs one ``EpisodeWorker`` per node.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from taskhub._schema import EnvInfo, EpisodeRecord, EvalConfig, ExecutorInfo, Task
 from taskhub._taskset import Taskset
@@ -35,8 +35,16 @@ class EpisodeJob:
 class EpisodeSink(Protocol):
     """The runner, as an executor sees it."""
 
-    def begin(self, env_info: EnvInfo, model_details: dict[str, Any]) -> None:
-        """The env is up: the run starts writing (call once, before the first record)."""
+    def begin(
+        self,
+        env_info: EnvInfo,
+        model_details: dict[str, Any],
+        tool_calling: Literal["native", "text"] | None = None,
+    ) -> None:
+        """The env is up: the run starts writing (call once, before the first record).
+
+        ``tool_calling`` is how the workers' model acts on a tool env (None elsewhere).
+        """
         ...
 
     def record(self, record: EpisodeRecord) -> None:

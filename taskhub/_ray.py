@@ -115,6 +115,7 @@ class NodeWorker:
         return {
             "env": env_info.model_dump(mode="json"),
             "model_details": details,
+            "tool_calling": worker.tool_calling,
             "pid": os.getpid(),
             "node_id": ray.get_runtime_context().get_node_id(),
         }
@@ -262,7 +263,11 @@ class RayExecutor:
             self.workers.append(WorkerInfo(answer["node_id"], answer["pid"], env.urls))
         first = EnvInfo.model_validate(answers[0]["env"])
         urls = list(dict.fromkeys(u for w in self.workers for u in w.env_urls))
-        sink.begin(first.model_copy(update={"urls": urls}), answers[0]["model_details"])
+        sink.begin(
+            first.model_copy(update={"urls": urls}),
+            answers[0]["model_details"],
+            answers[0].get("tool_calling"),
+        )
         logger.info("ray: %d workers started on %d nodes", len(actors), len(nodes))
         return actors
 

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import httpx
 from pydantic import SecretStr
@@ -323,6 +323,7 @@ class _Runner:
         self.sessions = [*(parent_manifest.sessions if parent_manifest else []), _now()]
         self.model: ModelBackend | None = None
         self.model_details: dict[str, Any] = {}
+        self.worker_tool_calling: Literal["native", "text"] | None = None
         self.pool: SessionPool | None = None
         self.writer: ResultsWriter | None = None
         self.env_info: EnvInfo | None = None
@@ -403,11 +404,21 @@ class _Runner:
         finally:
             await self.model.aclose()
 
-    def begin(self, env_info: EnvInfo, model_details: dict[str, Any]) -> None:
-        """The env is up: write the manifest, open ``episodes.jsonl``, start the progress."""
+    def begin(
+        self,
+        env_info: EnvInfo,
+        model_details: dict[str, Any],
+        tool_calling: Literal["native", "text"] | None = None,
+    ) -> None:
+        """The env is up: write the manifest, open ``episodes.jsonl``, start the progress.
+
+        ``tool_calling`` comes from the workers of a remote executor (whose model acts on
+        the tool env); a local run reads its own model's.
+        """
         plan = self.plan
         self.env_info = env_info
         self.model_details = model_details
+        self.worker_tool_calling = tool_calling
         provider, name = split_model_spec(self.config.model)
         write_manifest(plan.run_dir, self._manifest(provider, name, "running"))
         repair_results(plan.run_dir / EPISODES)
@@ -541,7 +552,7 @@ class _Runner:
                 details=dict(self.model.details) if self.model is not None else self.model_details,
                 tool_calling=getattr(self.model, "tool_calling", "text")
                 if self.model is not None and self.toolbox is not None
-                else None,
+                else self.worker_tool_calling,
             ),
             rewards=plan.rewards.plugins(),
             n_planned=plan.n_planned,
@@ -777,6 +788,15 @@ class EpisodeWorker:
         assert runner.env_info is not None
         self._runner = runner
         return runner.env_info, runner.model_details
+
+    @property
+    def tool_calling(self) -> Literal["native", "text"] | None:
+        """How the model acts on a tool env (None before ``open`` and on other envs)."""
+        runner = self._runner
+        if runner is None or runner.model is None or runner.toolbox is None:
+            return None
+        calling: Literal["native", "text"] = getattr(runner.model, "tool_calling", "text")
+        return calling
 
     async def play(self, items: Sequence[tuple[Task, int]]) -> AsyncIterator[EpisodeRecord]:
         """Play ``items`` and yield each record as its episode ends (in any order).

@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -212,6 +213,8 @@ class LocalServer:
     port: int
     process: subprocess.Popen[bytes]
     log_path: Path
+    scratch: Path | None = None
+    """The temp folder ``launch_server`` made for the log (none given): ``stop`` removes it."""
 
     @property
     def url(self) -> str:
@@ -227,7 +230,10 @@ class LocalServer:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self, timeout: float = 2.0) -> None:
-        """Terminate the server, then kill it if it does not exit in time."""
+        """Terminate the server, then kill it if it does not exit in time.
+
+        The temp folder of its log, when ``launch_server`` made one, goes with it.
+        """
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -235,6 +241,9 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
 
 def launch_server(
@@ -261,7 +270,9 @@ def launch_server(
     """
     app, how = app_of(folder)
     port = port or free_port()
-    log_dir = log_dir or Path(tempfile.mkdtemp(prefix="taskhub-env-"))
+    scratch = None if log_dir else Path(tempfile.mkdtemp(prefix="taskhub-env-"))
+    log_dir = log_dir or scratch
+    assert log_dir is not None
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{folder.name}-{port}.log"
     variables = {**os.environ, **(env or {})}
@@ -296,7 +307,7 @@ def launch_server(
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
     logger.info("launched %s on port %d (pid %d)", folder.name, port, process.pid)
-    return LocalServer(folder, port, process, log_path)
+    return LocalServer(folder, port, process, log_path, scratch)
 
 
 async def wait_healthy(

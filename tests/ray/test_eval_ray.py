@@ -68,6 +68,11 @@ def test_a_ray_run_equals_a_plain_run(ray_cluster: Any, tmp_path: Path) -> None:
     assert len({w.node_id for w in executor.workers}) == 2
     assert manifest.env is not None and len(manifest.env.urls) == 2
     assert manifest.config == read_manifest(plain.run_dir).config
+    # how the model acted on the tool env is the workers' model's, as in a plain run
+    plain_model = read_manifest(plain.run_dir).model
+    assert manifest.model is not None and plain_model is not None
+    assert plain_model.tool_calling is not None
+    assert manifest.model.tool_calling == plain_model.tool_calling
 
 
 def _run_in_thread(target: Any) -> tuple[threading.Thread, dict[str, Any]]:

@@ -251,6 +251,20 @@ async def test_http_session_survives_the_connection_a_500_closed(tmp_path: Path)
         server.stop()
 
 
+async def test_a_server_launched_without_a_log_folder_leaves_no_temp_folder() -> None:
+    folder = Path(__file__).resolve().parents[1] / "validators" / "envs" / "http_only"
+    server = launch_server(folder)
+    scratch = server.log_path.parent
+    try:
+        async with httpx.AsyncClient() as http:
+            await wait_healthy(http, server.url, server=server)
+        assert scratch.name.startswith("taskhub-env-") and server.log_path.is_file()
+    finally:
+        server.stop()
+    assert server.process.poll() is not None
+    assert not scratch.exists()
+
+
 def test_the_app_is_found_where_submissions_name_it(tmp_path: Path) -> None:
     from taskhub._errors import EnvLaunchError
     from taskhub.env._launch import app_of
