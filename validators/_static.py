@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ._check import Finding, check, failed, passed
+from ._check import Finding, check, failed, passed, skipped
 from ._json import JsonObject
 from ._subject import Subject
 
@@ -90,10 +90,7 @@ async def check_manifest(subject: Subject) -> Finding:
     """openenv.yaml is valid: a known format, an app that resolves, a well-formed 0.10 block."""
     manifest = subject.env.manifest
     if manifest is None:
-        return failed(
-            "openenv.yaml is missing",
-            "Add an openenv.yaml (`openenv init` writes one).",
-        )
+        return _missing_manifest(subject)
     problems = list(manifest.problems)
     bounds = subject.policy.bounds
     if manifest.oracle_tolerance is not None and (
@@ -135,6 +132,37 @@ async def check_manifest(subject: Subject) -> Finding:
         f"app {manifest.app} resolves",
         measured=measured,
         evidence=evidence,
+    )
+
+
+#: The ``validation:`` block a new manifest starts from (what one episode of the env needs).
+RESOURCES_TEMPLATE = (
+    "validation:\n  resources:\n    cpu: 1\n    memory_mb: 1024\n    disk_mb: 512\n"
+    "    episode_timeout_s: 300\n"
+)
+#: What the checks of a manifest's declarations say when there is no manifest at all.
+NO_MANIFEST = "there is no openenv.yaml to declare it in (static.manifest reports it)"
+
+
+def _missing_manifest(subject: Subject) -> Finding:
+    """The finding of a folder that serves an app but has no openenv.yaml: what to write."""
+    folder = subject.root
+    served = subject.env.served_app
+    app, found_by = served if served is not None else ("server.app:app", None)
+    name = re.sub(r"[^a-z0-9]+", "_", folder.name.lower()).strip("_") or "my_env"
+    manifest = (
+        f"spec_version: 1\nname: {name}\ntype: space\nruntime: fastapi\napp: {app}\n"
+        f"port: 8000\n{RESOURCES_TEMPLATE}"
+    )
+    where = f"; it was served as {app}, {found_by}" if found_by else ""
+    return failed(
+        f"openenv.yaml is missing: the folder is not packaged as an OpenEnv env{where}"[:900],
+        "Add an openenv.yaml at the folder's root (`openenv init` writes one) that names the "
+        "app the env serves and what one episode needs, for instance:\n" + manifest,
+        measured={"manifest": False, "app": app if found_by else None, "app_found_by": found_by},
+        evidence=[
+            {"file": "openenv.yaml", "exists": False, "served_as": app if found_by else None}
+        ],
     )
 
 
@@ -351,13 +379,14 @@ async def check_dependency_pinning(subject: Subject) -> Finding:
 async def check_resource_declaration(subject: Subject) -> Finding:
     """validation.resources declares cpu, memory_mb, disk_mb and episode_timeout_s."""
     manifest = subject.env.manifest
-    if manifest is None or manifest.resources is None:
-        era = manifest is not None and manifest.validation is None
+    if manifest is None:
+        return skipped(NO_MANIFEST, measured={"blocked_by": "static.manifest"})
+    if manifest.resources is None:
+        era = manifest.validation is None
         return failed(
             "openenv.yaml declares no resources"
             + (" (it predates the validation: block)" if era else ""),
-            "Add to openenv.yaml:\nvalidation:\n  resources:\n    cpu: 1\n    memory_mb: 1024\n"
-            "    disk_mb: 512\n    episode_timeout_s: 300\n(what one episode of the env needs).",
+            f"Add to openenv.yaml:\n{RESOURCES_TEMPLATE}(what one episode of the env needs).",
             measured={"pre_validation_manifest": era},
         )
     if manifest.resource_problems:
@@ -374,11 +403,13 @@ async def check_resource_declaration(subject: Subject) -> Finding:
 async def check_timeout_ceiling(subject: Subject) -> Finding:
     """An episode timeout is declared and stays under the policy's ceiling."""
     manifest = subject.env.manifest
-    timeout = manifest.episode_timeout_s if manifest else None
+    if manifest is None:
+        return skipped(NO_MANIFEST, measured={"blocked_by": "static.manifest"})
+    timeout = manifest.episode_timeout_s
     ceiling = subject.policy.bounds.max_episode_timeout_s
     measured: JsonObject = {"episode_timeout_s": timeout, "ceiling_s": ceiling}
     if timeout is None:
-        measured["pre_validation_manifest"] = manifest is not None and manifest.validation is None
+        measured["pre_validation_manifest"] = manifest.validation is None
         return failed(
             "no episode timeout is declared",
             "Add validation.resources.episode_timeout_s to openenv.yaml: the seconds one "
