@@ -294,6 +294,15 @@ class EnvDriver:
         """How much longer than configured a request may take on this env (1 when not slow)."""
         return max(self.op_timeout_s / self.config.op_timeout_s, 1.0)
 
+    @property
+    def serves_state(self) -> bool:
+        """Whether the env has a state route: every ``/ws`` session does, HTTP when it is found.
+
+        Checks that read ``state()`` only as more evidence take snapshots when it is true;
+        ``runtime.state_contract`` judges the route itself.
+        """
+        return self.transport != "http" or self.dialect.state_path is not None
+
     # --- what the server declares --------------------------------------------------------
 
     @property

@@ -146,7 +146,7 @@ async def play_oracle_runs(subject: Subject) -> OracleRuns:
             subject.reset_kwargs(task, tag="oracle"),
             policy,
             max_steps=oracle_steps(task),
-            snapshots=True,
+            snapshots=subject.driver.serves_state,
         )
         runs.append((task, trajectory))
     return OracleRuns(runs, source, why_not)

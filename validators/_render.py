@@ -164,7 +164,12 @@ def _finding(number: int, check: CheckResult, folded: list[str], verbose: bool) 
     lines = _wrap(f"{number}. {_sentence(check.summary)}", "  ")
     lines.append(f"     {check.id} [{how}]")
     if check.remediation:
-        lines += _wrap(f"fix: {check.remediation}", "     ")
+        # lines after the first are a file to write (YAML, a command): kept as they are
+        first, *rest = check.remediation.rstrip().split("\n")
+        lines += _wrap(f"fix: {first}", "     ")
+        for line in rest:
+            short = len(line) <= WIDTH - 7
+            lines += [f"       {line}".rstrip()] if short else _wrap(line, "       ")
     evidence = check.evidence[: (len(check.evidence) if verbose else MAX_EVIDENCE)]
     if evidence:
         lines.append("     evidence:")

@@ -458,11 +458,11 @@ async def check_episode_isolation(subject: Subject) -> Finding:
     kwargs_b = subject.reset_kwargs(task_b, seed=seed_b, tag="iso-b")
     steps = min(COMPARE_STEPS - 1, subject.max_steps_for(task_a))
     policy = noop_policy(subject)
-    # without a state route the trajectories alone are compared
+    # an env without a state route is compared by its observations alone
     driver = subject.driver
-    stated = driver.transport == "ws" or driver.dialect.state_path is not None
-    solo_a = await driver.play(kwargs_a, policy, max_steps=steps, snapshots=stated)
-    solo_b = await driver.play(kwargs_b, policy, max_steps=steps, snapshots=stated)
+    snapshots = driver.serves_state
+    solo_a = await driver.play(kwargs_a, policy, max_steps=steps, snapshots=snapshots)
+    solo_b = await driver.play(kwargs_b, policy, max_steps=steps, snapshots=snapshots)
     if solo_a.error or solo_b.error:
         return failed(
             f"a solo episode failed: {solo_a.error or solo_b.error}",
@@ -486,7 +486,7 @@ async def check_episode_isolation(subject: Subject) -> Finding:
                 inter_b.first = await session_b.reset(**kwargs_b)
             except EnvCapacityError:
                 return skipped("the server serves one session at a time: sessions cannot interfere")
-            if stated:
+            if snapshots:
                 inter_a.states.append(await session_a.state())
                 inter_b.states.append(await session_b.state())
             for _ in range(steps):
@@ -499,7 +499,7 @@ async def check_episode_isolation(subject: Subject) -> Finding:
                         continue
                     result = await session.step(action)
                     trajectory.steps.append((action, result))
-                    if stated and not result.done:
+                    if snapshots and not result.done:
                         trajectory.states.append(await session.state())
     except EnvError as exc:
         return failed(
@@ -833,6 +833,8 @@ async def check_oracle_containment(subject: Subject) -> Finding:
     runs = (await subject.get(ORACLE_RUNS)).runs
     if not answered(subject) or not runs:
         return skipped("no oracle episode with an answer ran")
+    if not subject.driver.serves_state:
+        return skipped("the env has no state route: no client can read an answer from state()")
     items = [(task, trajectory.states) for task, trajectory in runs]
     leaks, checked = leaking_paths(items, ignore=frozenset({"episode_id"}))
     measured: JsonObject = {"tasks_checked": checked, "leaking_fields": sorted(leaks)}

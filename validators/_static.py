@@ -5,12 +5,19 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ._check import Finding, check, failed, passed
+from ._check import Finding, check, failed, passed, skipped
+from ._installs import (
+    LOCK_FILES,
+    Requirement,
+    build_installs,
+    declared_requirements,
+    is_pinned_commit,
+    vcs_revision,
+)
 from ._json import JsonObject
 from ._subject import Subject
 
@@ -44,14 +51,6 @@ ARCHIVE_SUFFIXES = (
     ".7z",
     ".rar",
     ".egg",
-)
-LOCK_FILES = (
-    "uv.lock",
-    "poetry.lock",
-    "pylock.toml",
-    "Pipfile.lock",
-    "requirements.lock",
-    "pdm.lock",
 )
 #: Distributions of the OpenEnv server library (``openenv-core`` is the old name).
 OPENENV_DISTS = frozenset({"openenv", "openenv-core", "openenv_core"})
@@ -90,10 +89,7 @@ async def check_manifest(subject: Subject) -> Finding:
     """openenv.yaml is valid: a known format, an app that resolves, a well-formed 0.10 block."""
     manifest = subject.env.manifest
     if manifest is None:
-        return failed(
-            "openenv.yaml is missing",
-            "Add an openenv.yaml (`openenv init` writes one).",
-        )
+        return _missing_manifest(subject)
     problems = list(manifest.problems)
     bounds = subject.policy.bounds
     if manifest.oracle_tolerance is not None and (
@@ -135,6 +131,37 @@ async def check_manifest(subject: Subject) -> Finding:
         f"app {manifest.app} resolves",
         measured=measured,
         evidence=evidence,
+    )
+
+
+#: The ``validation:`` block a new manifest starts from (what one episode of the env needs).
+RESOURCES_TEMPLATE = (
+    "validation:\n  resources:\n    cpu: 1\n    memory_mb: 1024\n    disk_mb: 512\n"
+    "    episode_timeout_s: 300\n"
+)
+#: What the checks of a manifest's declarations say when there is no manifest at all.
+NO_MANIFEST = "there is no openenv.yaml to declare it in (static.manifest reports it)"
+
+
+def _missing_manifest(subject: Subject) -> Finding:
+    """The finding of a folder that serves an app but has no openenv.yaml: what to write."""
+    folder = subject.root
+    served = subject.env.served_app
+    app, found_by = served if served is not None else ("server.app:app", None)
+    name = re.sub(r"[^a-z0-9]+", "_", folder.name.lower()).strip("_") or "my_env"
+    manifest = (
+        f"spec_version: 1\nname: {name}\ntype: space\nruntime: fastapi\napp: {app}\n"
+        f"port: 8000\n{RESOURCES_TEMPLATE}"
+    )
+    where = f"; it was served as {app}, {found_by}" if found_by else ""
+    return failed(
+        f"openenv.yaml is missing: the folder is not packaged as an OpenEnv env{where}"[:900],
+        "Add an openenv.yaml at the folder's root (`openenv init` writes one) that names the "
+        "app the env serves and what one episode needs, for instance:\n" + manifest,
+        measured={"manifest": False, "app": app if found_by else None, "app_found_by": found_by},
+        evidence=[
+            {"file": "openenv.yaml", "exists": False, "served_as": app if found_by else None}
+        ],
     )
 
 
@@ -208,45 +235,24 @@ async def check_layout(subject: Subject) -> Finding:
 # --- static.dependency_pinning -----------------------------------------------------------------
 
 
-def declared_requirements(folder: Path) -> tuple[list[tuple[str, str]], list[str]]:
-    """Every declared requirement as ``(source file, requirement text)``, and read problems."""
-    found: list[tuple[str, str]] = []
-    problems: list[str] = []
-    for name in ("requirements.txt", "server/requirements.txt"):
-        path = folder / name
-        if not path.is_file():
-            continue
-        for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            line = raw.split(" #", 1)[0].strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("-"):
-                if line.startswith(("-r", "-c", "--requirement", "--constraint")):
-                    continue
-                continue  # options such as --index-url
-            found.append((name, line))
-    pyproject = folder / "pyproject.toml"
-    if pyproject.is_file():
-        try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            problems.append(f"pyproject.toml does not parse: {exc}")
-        else:
-            deps = data.get("project", {}).get("dependencies", [])
-            if isinstance(deps, list):
-                found += [("pyproject.toml", d) for d in deps if isinstance(d, str)]
-    return found, problems
-
-
 def classify_requirement(text: str) -> tuple[str, str]:
     """Return ``(distribution name, pin class)`` of one requirement line.
 
     Pin classes: ``exact`` (``==X``), ``bounded`` (an upper bound or ``~=``), ``lower``
-    (only a lower bound), ``bare`` (no version at all), ``direct`` (a path or URL), ``invalid``.
+    (only a lower bound), ``bare`` (no version at all), ``direct`` (a path or URL), ``vcs``
+    (a VCS URL at a full commit), ``vcs_unpinned`` (a VCS URL at a branch, a tag or nothing),
+    ``invalid``.
     """
     from packaging.requirements import InvalidRequirement, Requirement
 
-    if text.startswith((".", "/", "file:", "git+", "http:", "https:")):
+    vcs = vcs_revision(text)
+    if vcs is not None:
+        try:
+            name = re.sub(r"[-_.]+", "-", Requirement(text).name).lower()
+        except InvalidRequirement:  # a bare URL: git+https://...#egg=name
+            name = text
+        return name, "vcs" if is_pinned_commit(vcs[1]) else "vcs_unpinned"
+    if text.startswith((".", "/", "file:", "http:", "https:")):
         return text, "direct"
     try:
         requirement = Requirement(text)
@@ -285,54 +291,135 @@ def openenv_pin(frameworks: list[str], texts: dict[str, str]) -> str:
         except (InvalidRequirement, KeyError):
             continue
         versions = [s.version for s in requirement.specifier if s.operator in (">=", "~=", "==")]
+        extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
         if versions:
-            extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
             return f"{requirement.name}{extras}=={versions[0].removesuffix('.*')}"
+        if requirement.name != "openenv":
+            return f"{requirement.name}{extras}==<the release the env was written for>"
     return CURRENT_OPENENV
+
+
+def _vcs_problem(requirement: Requirement) -> str:
+    """What is wrong with a VCS requirement that names no commit, and how to pin it."""
+    url, revision = vcs_revision(requirement.text) or (requirement.text, None)
+    egg = re.search(r"#egg=([\w.-]+)", url)
+    name = requirement.text.partition(" @ ")[0].strip() if " @ " in requirement.text else ""
+    name = name or (egg.group(1) if egg else "<package>")
+    at = f"at {revision!r}, a branch or tag that can move" if revision else "at no commit"
+    base = url.split("#", 1)[0]
+    base = base.rsplit("@", 1)[0] if revision else base
+    return (
+        f"{requirement.where}: {requirement.text} installs {at}: pin it to a commit "
+        f"({name} @ {base}@<40-hex commit>) or to a released version ({name}==X.Y.Z)"
+    )
+
+
+def _installed_requirements(
+    folder: Path,
+) -> tuple[list[Requirement], list[str], list[str], list[str], JsonObject]:
+    """What the build installs, as ``(requirements, locks, present, problems, basis)``.
+
+    ``requirements`` are those no lock pins, ``locks`` the lock files the build installs
+    from, ``present`` every lock file in the folder, ``basis`` how that was read (measured).
+    With a Dockerfile that installs anything, its install commands decide; without one, the
+    declared files and any lock file in the folder (what an author builds from).
+    """
+    present = [name for name in LOCK_FILES if (folder / name).is_file()]
+    build = build_installs(folder)
+    if build is None:
+        requirements, problems = declared_requirements(folder)
+        basis: JsonObject = {"basis": "declared files"}
+        return ([] if present else requirements), present, present, problems, basis
+    basis = {
+        "basis": "dockerfile",
+        "dockerfiles": build.dockerfiles,
+        "install_commands": build.commands[:10],
+        "installed_files": build.installed_files,
+        "not_in_folder": build.missing[:10],
+    }
+    return build.requirements, build.locks, present, list(build.problems), basis
 
 
 @check("static.dependency_pinning", level="static", needs=("folder",))
 async def check_dependency_pinning(subject: Subject) -> Finding:
-    """Dependencies are pinned: a lock file, or an exact OpenEnv pin and no unversioned package."""
+    """What the build installs is pinned: a lock it installs from, or exact pins.
+
+    When a Dockerfile installs the env, its install commands say which files count: a lock
+    file counts only if the build installs from it. The requirements no lock pins need an
+    exact OpenEnv pin, a version on every other package, and VCS URLs at a full commit.
+    """
     folder = subject.root
-    locks = [name for name in LOCK_FILES if (folder / name).is_file()]
-    requirements, problems = declared_requirements(folder)
+    judged, locks, present, problems, basis = _installed_requirements(folder)
     classes: dict[str, list[str]] = {}
     names: dict[str, str] = {}
     texts: dict[str, str] = {}
-    for source, text in requirements:
-        name, kind = classify_requirement(text)
-        classes.setdefault(kind, []).append(f"{source}: {text}")
-        names[name] = kind
-        texts[name] = text
+    unpinned_vcs: list[Requirement] = []
+    for requirement in judged:
+        name, kind = classify_requirement(requirement.text)
+        if requirement.hashed and kind in ("exact", "direct"):
+            kind = "exact"
+        classes.setdefault(kind, []).append(f"{requirement.where}: {requirement.text}")
+        if kind == "vcs_unpinned":
+            unpinned_vcs.append(requirement)
+        names[name] = kind if names.get(name) in (None, "exact") else names[name]
+        texts.setdefault(name, requirement.text)
+    unused = [lock for lock in present if lock not in locks]
     measured: JsonObject = {
-        "lock_files": locks,
-        "requirements": len(requirements),
+        **basis,
+        "lock_files": present,
+        "locks_installed": locks,
+        "requirements": len(judged),
         **{kind: len(items) for kind, items in sorted(classes.items())},
     }
-    frameworks = sorted(n for n in names if n in {"openenv", "openenv-core"})
-    if len(frameworks) > 1:
+    frameworks = sorted(n for n in names if n in OPENENV_DISTS)
+    # what the build does not install still says what the env is: both names is a defect
+    declared = {classify_requirement(r.text)[0] for r in declared_requirements(folder)[0]}
+    if len((set(frameworks) | declared) & {"openenv", "openenv-core"}) > 1:
         problems.append("declares both openenv and openenv-core (the same files under two names)")
-    if not requirements and not locks:
+    if not judged and not locks:
         problems.append("declares no dependencies at all")
-    if not locks:
-        problems += [f"unversioned requirement {r}" for r in classes.get("bare", [])]
-        problems += [f"unparseable requirement {r}" for r in classes.get("invalid", [])]
-        for framework in frameworks:
-            if names[framework] != "exact":
-                problems.append(
-                    f"the OpenEnv library {framework!r} is not pinned to one version (==X.Y.Z)"
-                )
+    problems += [_vcs_problem(r) for r in unpinned_vcs]
+    problems += [f"unversioned requirement {r}" for r in classes.get("bare", [])]
+    problems += [f"unparseable requirement {r}" for r in classes.get("invalid", [])]
+    for framework in frameworks:
+        if names[framework] not in ("exact", "vcs", "vcs_unpinned"):
+            problems.append(
+                f"the OpenEnv library {framework!r} is not pinned to one version (==X.Y.Z): "
+                f"{texts[framework]}"
+            )
     if problems:
-        return failed(
-            f"{len(problems)} pinning problem(s): {problems[0]}",
+        installed = ", ".join(list(basis.get("installed_files") or []) or ["packages by name"])
+        note = (
+            f" ({', '.join(unused)} is present, but the Dockerfile installs {installed}, "
+            "not the lock: it pins nothing the build uses)"
+            if unused and basis["basis"] == "dockerfile"
+            else ""
+        )
+        remedies = []
+        if unpinned_vcs:
+            remedies.append(
+                "Pin every VCS requirement to a full commit (name @ git+URL@<40-hex commit>) "
+                "or to a released version (name==X.Y.Z)."
+            )
+        if unused and basis["basis"] == "dockerfile":
+            remedies.append(
+                f"Install from the lock in the Dockerfile ({_lock_command(unused[0])}), or pin "
+                "the files it installs."
+            )
+        remedies.append(
             f"Pin the OpenEnv library exactly ({openenv_pin(frameworks, texts)}), give every "
-            "other requirement a version range, or commit a lock file (uv lock).",
+            "other requirement a version range, or install from a lock file (uv lock, then "
+            "uv sync --frozen in the Dockerfile)."
+        )
+        return failed(
+            f"{len(problems)} pinning problem(s): {problems[0]}{note}",
+            " ".join(remedies),
             measured=measured,
             evidence=problems[:20],
         )
     if locks:
-        how = f"lock file {locks[0]}"
+        by_build = " (the Dockerfile installs from it)" if basis["basis"] == "dockerfile" else ""
+        how = f"lock file {locks[0]}{by_build}"
     elif frameworks:
         how = f"an exact {frameworks[0]} pin and versioned requirements"
     else:
@@ -344,6 +431,18 @@ async def check_dependency_pinning(subject: Subject) -> Finding:
     )
 
 
+def _lock_command(lock: str) -> str:
+    """The Dockerfile command that installs from ``lock``."""
+    commands = {
+        "uv.lock": "uv sync --frozen",
+        "poetry.lock": "poetry install --no-root",
+        "Pipfile.lock": "pipenv install --deploy --system",
+        "pdm.lock": "pdm install --frozen-lockfile",
+        "pylock.toml": "uv pip sync pylock.toml",
+    }
+    return commands.get(Path(lock).name, f"pip install -r {lock}")
+
+
 # --- static.resource_declaration, static.timeout_ceiling ---------------------------------------
 
 
@@ -351,13 +450,14 @@ async def check_dependency_pinning(subject: Subject) -> Finding:
 async def check_resource_declaration(subject: Subject) -> Finding:
     """validation.resources declares cpu, memory_mb, disk_mb and episode_timeout_s."""
     manifest = subject.env.manifest
-    if manifest is None or manifest.resources is None:
-        era = manifest is not None and manifest.validation is None
+    if manifest is None:
+        return skipped(NO_MANIFEST, measured={"blocked_by": "static.manifest"})
+    if manifest.resources is None:
+        era = manifest.validation is None
         return failed(
             "openenv.yaml declares no resources"
             + (" (it predates the validation: block)" if era else ""),
-            "Add to openenv.yaml:\nvalidation:\n  resources:\n    cpu: 1\n    memory_mb: 1024\n"
-            "    disk_mb: 512\n    episode_timeout_s: 300\n(what one episode of the env needs).",
+            f"Add to openenv.yaml:\n{RESOURCES_TEMPLATE}(what one episode of the env needs).",
             measured={"pre_validation_manifest": era},
         )
     if manifest.resource_problems:
@@ -374,11 +474,13 @@ async def check_resource_declaration(subject: Subject) -> Finding:
 async def check_timeout_ceiling(subject: Subject) -> Finding:
     """An episode timeout is declared and stays under the policy's ceiling."""
     manifest = subject.env.manifest
-    timeout = manifest.episode_timeout_s if manifest else None
+    if manifest is None:
+        return skipped(NO_MANIFEST, measured={"blocked_by": "static.manifest"})
+    timeout = manifest.episode_timeout_s
     ceiling = subject.policy.bounds.max_episode_timeout_s
     measured: JsonObject = {"episode_timeout_s": timeout, "ceiling_s": ceiling}
     if timeout is None:
-        measured["pre_validation_manifest"] = manifest is not None and manifest.validation is None
+        measured["pre_validation_manifest"] = manifest.validation is None
         return failed(
             "no episode timeout is declared",
             "Add validation.resources.episode_timeout_s to openenv.yaml: the seconds one "

@@ -46,6 +46,9 @@ class EnvDescription:
     """Where the taskset came from."""
     tasks: list[Task] = field(default_factory=list)
     """The sampled rows (seed-only resets when there is no taskset)."""
+    served_app: tuple[str, str] | None = None
+    """For a folder without openenv.yaml: the app it is served with (``module:attr``) and
+    where that was found (its Dockerfile's command, a script, a scan of its sources)."""
 
     @property
     def declared_range(self) -> tuple[float, float] | None:

@@ -28,7 +28,10 @@ PROTOCOL_KEYS = frozenset({"seed", "episode_id"})
 
 async def _initial(subject: Subject, kwargs: JsonObject) -> tuple[str, str] | str:
     """``(observation key, state key)`` right after reset, or the error text."""
-    trajectory = await subject.driver.play(kwargs, lambda i, r: None, max_steps=0, snapshots=True)
+    driver = subject.driver
+    trajectory = await driver.play(
+        kwargs, lambda i, r: None, max_steps=0, snapshots=driver.serves_state
+    )
     if trajectory.error is not None or trajectory.first is None:
         return f"{type(trajectory.error).__name__}: {trajectory.error}"
     state = stable_state(trajectory.states[0]) if trajectory.states else ""
@@ -138,7 +141,9 @@ async def _key_effect(subject: Subject, key: str, *, steps: int = 0) -> str:
             if steps:
                 policy = noop_policy(subject)
                 played = [
-                    await subject.driver.play(kwargs, policy, max_steps=steps, snapshots=True)
+                    await subject.driver.play(
+                        kwargs, policy, max_steps=steps, snapshots=subject.driver.serves_state
+                    )
                     for kwargs in (base, variant)
                 ]
                 if played[0].signature() != played[1].signature():

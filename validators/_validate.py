@@ -35,7 +35,7 @@ from taskhub import (
     builtin_tasksets,
     load_taskset,
 )
-from taskhub.env import LocalServer, resolve_env
+from taskhub.env import LocalServer, find_app, resolve_env
 
 from . import _checks  # noqa: F401  (registers the checks)
 from ._check import CheckSpec, Finding, failed, prerequisites, registered_checks, skipped
@@ -366,7 +366,8 @@ async def validate_async(
 
     Returns:
         The report: every check, and the verdict of the severity policy. Verdict
-        ``unsupported`` (exit code 2) when the target is not an OpenEnv env.
+        ``unsupported`` (exit code 2) when the target is not an env: a URL that does not
+        serve the OpenEnv protocol, a folder with neither an openenv.yaml nor a server.
 
     Raises:
         ConfigError: Unknown policy or check id.
@@ -421,20 +422,21 @@ async def validate_async(
             target_kind="git" if git else "folder",
             error=ErrorInfo(type=type(exc).__name__, message=str(exc), boundary="validate"),
         )
+    served: tuple[str, str] | None = None
     if folder is not None and not (folder / "openenv.yaml").is_file():
-        if workdir is not None:
-            remove_tree(workdir)
-        return report(
-            verdict="unsupported",
-            target=shown,
-            target_kind=kind,
-            error=ErrorInfo(
-                type="UnsupportedTarget",
-                boundary="validate",
-                message=f"{folder} has no openenv.yaml: not an OpenEnv env folder",
-            ),
-        )
-    manifest = read_manifest(folder) if folder is not None else None
+        # not packaged for OpenEnv: validated all the same when it serves an app somewhere
+        try:
+            served = find_app(folder)
+        except EnvLaunchError as exc:
+            if workdir is not None:
+                remove_tree(workdir)
+            return report(
+                verdict="unsupported",
+                target=shown,
+                target_kind=kind,
+                error=ErrorInfo(type="UnsupportedTarget", boundary="validate", message=str(exc)),
+            )
+    manifest = read_manifest(folder) if folder is not None and served is None else None
     digest = source_digest(folder) if folder is not None else None
     taskset_source = config.taskset or default_taskset(kind, target, folder)
     try:
@@ -463,6 +465,7 @@ async def validate_async(
             taskset=taskset,
             taskset_source=taskset_source,
             tasks=tasks,
+            served_app=served,
         )
         driver = EnvDriver(
             config=config,

@@ -11,7 +11,8 @@ from typing import Annotated
 import typer
 
 from taskhub._errors import EnvLaunchError
-from taskhub.env._launch import builtin_envs, read_manifest, resolve_env
+from taskhub.env._apps import read_manifest
+from taskhub.env._launch import builtin_envs, resolve_env
 
 app = typer.Typer(help="Built-in OpenEnv environments.", no_args_is_help=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from taskhub.env._apps import find_app
 from taskhub.env._client import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_TIMEOUT_S,
@@ -11,6 +12,7 @@ from taskhub.env._client import (
     Transport,
     split_base_url,
 )
+from taskhub.env._dockerfile import Dockerfile, ShellCommand, read_dockerfiles
 from taskhub.env._http import (
     OPENENV_HTTP,
     HttpDialect,
@@ -48,6 +50,7 @@ __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
     "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_TIMEOUT_S",
+    "Dockerfile",
     "EnvClient",
     "EnvHandle",
     "EnvSession",
@@ -58,6 +61,7 @@ __all__ = [
     "OPENENV_HTTP",
     "PooledSession",
     "SessionPool",
+    "ShellCommand",
     "StepResult",
     "TaskApiClient",
     "TaskSplit",
@@ -67,6 +71,7 @@ __all__ = [
     "env_tasks",
     "env_tasks_async",
     "fetch_json",
+    "find_app",
     "is_tool_env",
     "launch_server",
     "learn_http_dialect",
@@ -75,6 +80,7 @@ __all__ = [
     "parse_tools",
     "probe_transport",
     "probe_wire",
+    "read_dockerfiles",
     "request_schema",
     "resolve_env",
     "retry_after",

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
-import yaml
 
 from taskhub._errors import (
     EnvCapacityError,
@@ -37,6 +36,7 @@ from taskhub._errors import (
     EnvTimeout,
 )
 from taskhub._schema import EnvInfo, HttpDialect, ToolSpec
+from taskhub.env._apps import find_app, read_manifest
 from taskhub.env._client import EnvClient, Transport, split_base_url
 from taskhub.env._http import fetch_json, learn_http_dialect
 from taskhub.env._tools import ToolDiscovery, discover_tools, is_tool_env
@@ -107,82 +107,6 @@ def resolve_env(spec: str) -> EnvTarget:
     raise EnvLaunchError(
         f"env {text!r} is not a URL, an existing folder, a built-in env "
         f"({', '.join(builtins) or 'none installed'}) or a Space id (owner/name).{hint}"
-    )
-
-
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """Read and check a folder's ``openenv.yaml``.
-
-    Raises:
-        EnvLaunchError: The file is missing, not YAML, or not a mapping.
-    """
-    manifest = folder / "openenv.yaml"
-    if not manifest.is_file():
-        raise EnvLaunchError(f"{folder} has no openenv.yaml: not an OpenEnv env folder")
-    try:
-        data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise EnvLaunchError(f"{manifest} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise EnvLaunchError(f"{manifest} must be a mapping, got {type(data).__name__}")
-    return data
-
-
-#: Where manifests seen in the wild name the ASGI app, besides ``app``.
-_APP_KEYS = (("server", "entry_point"), ("server", "app"), ("environment", "app"), ("entry_point",))
-_DOCKER_APP = re.compile(r"uvicorn\s+(?:--\S+\s+)*([A-Za-z_][\w.]*:[A-Za-z_]\w*)")
-
-
-def _module_file(folder: Path, app: str) -> bool:
-    module = app.partition(":")[0].replace(".", "/")
-    return (folder / f"{module}.py").is_file() or (folder / module / "__init__.py").is_file()
-
-
-def app_of(folder: Path) -> tuple[str, str]:
-    """The ASGI app to serve ``folder`` with, and how it was found when not from ``app:``.
-
-    ``openenv.yaml``'s ``app: module:attr`` is used as written. Failing that, the forms seen in
-    submissions are read as their authors meant them (``static.manifest`` still reports them):
-    a path (``app: server/app.py``), ``server.entry_point``, the uvicorn command of the
-    Dockerfile, and OpenEnv's default ``server.app:app`` when the manifest does not parse.
-
-    Raises:
-        EnvLaunchError: There is no manifest, or no app can be found.
-    """
-    manifest_path = folder / "openenv.yaml"
-    try:
-        manifest = read_manifest(folder)
-        broken = ""
-    except EnvLaunchError as exc:
-        if not manifest_path.is_file():
-            raise
-        manifest, broken = {}, str(exc)
-    app = manifest.get("app")
-    if isinstance(app, str) and ":" in app:
-        return app, ""
-    if isinstance(app, str) and app.endswith(".py"):  # a path: server/app.py
-        module = app.removesuffix(".py").strip("./").replace("/", ".")
-        if module and _module_file(folder, f"{module}:app"):
-            return f"{module}:app", f"openenv.yaml's app {app!r} is a path, read as {module}:app"
-    for keys in _APP_KEYS:
-        value: Any = manifest
-        for key in keys:
-            value = value.get(key) if isinstance(value, dict) else None
-        if isinstance(value, str) and ":" in value and _module_file(folder, value):
-            return value, f"the app named by openenv.yaml's {'.'.join(keys)}"
-    if app is None and _module_file(folder, "server.app:app"):
-        return "server.app:app", (f"OpenEnv's default app ({broken})" if broken else "")
-    dockerfile = folder / "Dockerfile"
-    if dockerfile.is_file():
-        found = _DOCKER_APP.search(dockerfile.read_text(encoding="utf-8", errors="replace"))
-        if found and _module_file(folder, found.group(1)):
-            return found.group(1), "the app the Dockerfile's uvicorn command serves"
-    if broken:
-        raise EnvLaunchError(broken)
-    raise EnvLaunchError(
-        f"{manifest_path}: app must be 'module:attr', got {app!r}"
-        if app is not None
-        else f"{manifest_path} names no app, and {folder} has no server/app.py"
     )
 
 
@@ -258,7 +182,7 @@ def launch_server(
     """Start the env in ``folder`` with uvicorn on a loopback port (does not wait for it).
 
     Args:
-        folder: An OpenEnv env folder (``openenv.yaml`` names the ASGI app).
+        folder: An env folder (``find_app`` says which ASGI app it serves).
         port: Port to bind; a free one when None.
         max_sessions: Exported as ``MAX_CONCURRENT_ENVS`` for envs that read it.
         log_dir: Where the server's output goes (a temp dir when None).
@@ -266,9 +190,9 @@ def launch_server(
         env: Variables set for the server on top of this process's environment.
 
     Raises:
-        EnvLaunchError: The manifest is unusable.
+        EnvLaunchError: No app to serve can be found.
     """
-    app, how = app_of(folder)
+    app, how = find_app(folder)
     port = port or free_port()
     scratch = None if log_dir else Path(tempfile.mkdtemp(prefix="taskhub-env-"))
     log_dir = log_dir or scratch

@@ -263,37 +263,3 @@ async def test_a_server_launched_without_a_log_folder_leaves_no_temp_folder() ->
         server.stop()
     assert server.process.poll() is not None
     assert not scratch.exists()
-
-
-def test_the_app_is_found_where_submissions_name_it(tmp_path: Path) -> None:
-    from taskhub._errors import EnvLaunchError
-    from taskhub.env._launch import app_of
-
-    def folder(name: str, manifest: str, files: dict[str, str]) -> Path:
-        root = tmp_path / name
-        for path, text in {"openenv.yaml": manifest, **files}.items():
-            (root / path).parent.mkdir(parents=True, exist_ok=True)
-            (root / path).write_text(text)
-        return root
-
-    app = {"server/app.py": "app = None\n"}
-    assert app_of(folder("plain", "app: server.app:app\n", app)) == ("server.app:app", "")
-    found, how = app_of(folder("path", "app: server/app.py\n", app))
-    assert found == "server.app:app" and "is a path" in how
-    nested = folder("nested", "server:\n  entry_point: pkg.api:app\n", {"pkg/api.py": "app = 1\n"})
-    assert app_of(nested)[0] == "pkg.api:app"
-    docker = folder(
-        "docker",
-        "name: x\n",
-        {
-            "Dockerfile": 'CMD ["sh", "-c", "uvicorn soc.server:app --port 1"]\n',
-            "soc/server.py": "",
-        },
-    )
-    assert app_of(docker) == ("soc.server:app", "the app the Dockerfile's uvicorn command serves")
-    broken, how = app_of(folder("broken", "tasks:\n  - a\n b: [\n", app))
-    assert broken == "server.app:app" and "not valid YAML" in how
-    with pytest.raises(EnvLaunchError, match="not valid YAML"):
-        app_of(folder("broken-bare", "a: [\n", {}))
-    with pytest.raises(EnvLaunchError, match="names no app"):
-        app_of(folder("none", "name: x\n", {}))

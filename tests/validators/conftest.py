@@ -88,6 +88,16 @@ EXPECTED: dict[str, set[str]] = {
         "runtime.http_episode",
         "protocol.malformed_input",
     },
+    # not packaged for OpenEnv: no openenv.yaml, the app in a nested module that the
+    # Dockerfile's `python -m` runs; HTTP only, one global env, no /schema, /metadata, /state
+    "unpackaged": {
+        "static.manifest",
+        "protocol.metadata",
+        "protocol.schema",
+        "protocol.websocket",
+        "runtime.state_contract",
+        "runtime.episode_isolation",
+    },
     # declared tasks that a reset taking no body can never select, on a hand-rolled server
     "reset_takes_nothing": {
         "static.resource_declaration",

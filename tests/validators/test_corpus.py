@@ -198,3 +198,24 @@ def test_declared_tasks_that_reset_cannot_select_are_named(corpus_batch: dict[st
     finding = nothing["taskset.manifest_tasks"]
     assert "its reset route takes nothing: no task can be selected" in finding.summary
     assert finding.measured["named_tasks"] == ["task_easy"] * 3
+
+
+def test_an_env_without_openenv_yaml_is_validated_where_its_dockerfile_serves_it(
+    corpus_batch: dict[str, Any],
+) -> None:
+    report = corpus_batch["reports"]["unpackaged"]
+    checks = {c.id: c for c in report.checks}
+    manifest = checks["static.manifest"]
+    assert manifest.summary.startswith("openenv.yaml is missing")
+    assert manifest.measured["app"] == "quizapp.api.main:app"
+    assert "python -m quizapp.api.main" in manifest.measured["app_found_by"]
+    assert "app: quizapp.api.main:app" in str(manifest.remediation)  # what to write
+    # the server ran and every level was checked on it
+    for played in ("runtime.startup", "protocol.episode", "taskset.reset_params"):
+        assert checks[played].status == "pass", checks[played].summary
+    assert checks["semantic.oracle_max"].status == "pass"
+    assert "has no state route" in checks["runtime.state_contract"].summary
+    # what a manifest would declare is folded under the manifest's failure
+    for folded in ("static.resource_declaration", "static.timeout_ceiling"):
+        assert checks[folded].status == "skip"
+        assert checks[folded].measured["blocked_by"] == "static.manifest"

@@ -87,6 +87,9 @@ def test_manifest_problems_are_named(env_folder: Path, text: str, problem: str) 
         ("./vendor/lib", "direct"),
         ("pkg @ https://example.org/pkg.whl", "direct"),
         ("openenv==0.10.*", "bounded"),
+        ("pkg @ git+https://example.org/pkg.git@v1.2", "vcs_unpinned"),
+        ("git+https://example.org/pkg.git", "vcs_unpinned"),
+        ("pkg @ git+ssh://git@example.org/pkg.git@" + "f" * 40, "vcs"),
     ],
 )
 def test_requirement_pin_classes(requirement: str, kind: str) -> None:
@@ -131,8 +134,106 @@ def test_dependency_pinning(env_folder: Path) -> None:
     assert finding.status == "fail"
     assert any("unversioned requirement" in str(e) for e in finding.evidence)
     assert any("'openenv-core' is not pinned" in str(e) for e in finding.evidence)
+    # a lock the Dockerfile does not install from pins nothing the build uses
     (env_folder / "uv.lock").write_text("version = 1\n")
+    finding = run_check(check_dependency_pinning, env_folder)
+    assert finding.status == "fail"
+    assert "uv.lock is present, but the Dockerfile installs server/requirements.txt" in (
+        finding.summary
+    )
+    assert "uv sync --frozen" in str(finding.remediation)
+    dockerfile = env_folder / "server" / "Dockerfile"
+    dockerfile.write_text(
+        "FROM python:3.11-slim\nWORKDIR /app/env\nCOPY . /app/env\n"
+        "RUN pip install uv && uv sync --frozen --no-editable\n"
+        'CMD ["uvicorn", "server.app:app"]\n'
+    )
+    finding = run_check(check_dependency_pinning, env_folder)
+    assert finding.status == "pass", finding.evidence
+    assert finding.summary == (
+        "dependencies are pinned by lock file uv.lock (the Dockerfile installs from it)"
+    )
+    # without a Dockerfile, a lock in the folder is what an author builds from
+    dockerfile.unlink()
     assert run_check(check_dependency_pinning, env_folder).status == "pass"
+
+
+@pytest.mark.parametrize(
+    ("requirement", "status", "words"),
+    [
+        (
+            "openenv-core @ git+https://github.com/meta-pytorch/OpenEnv.git@main",
+            "fail",
+            "requirements.txt:2: openenv-core @ git+https://github.com/meta-pytorch/OpenEnv.git"
+            "@main installs at 'main', a branch or tag that can move: pin it to a commit "
+            "(openenv-core @ git+https://github.com/meta-pytorch/OpenEnv.git@<40-hex commit>) "
+            "or to a released version (openenv-core==X.Y.Z)",
+        ),
+        (
+            "git+https://github.com/org/tool.git#egg=tool",
+            "fail",
+            "requirements.txt:2: git+https://github.com/org/tool.git#egg=tool installs at no "
+            "commit: pin it to a commit (tool @ git+https://github.com/org/tool.git@<40-hex "
+            "commit>) or to a released version (tool==X.Y.Z)",
+        ),
+        (
+            "openenv-core @ git+https://github.com/meta-pytorch/OpenEnv.git@" + "0a1b2c3d" * 5,
+            "pass",
+            "dependencies are pinned by an exact openenv-core pin and versioned requirements",
+        ),
+    ],
+    ids=["branch", "no-revision", "commit"],
+)
+def test_vcs_requirements_need_a_full_commit(
+    tmp_path: Path, requirement: str, status: str, words: str
+) -> None:
+    from taskhub.validators._static import check_dependency_pinning
+
+    folder = tmp_path / "env"
+    folder.mkdir()
+    (folder / "requirements.txt").write_text(f"fastapi==0.115.0\n{requirement}\n")
+    (folder / "Dockerfile").write_text(
+        "FROM python:3.11-slim\nWORKDIR /app\nCOPY requirements.txt .\n"
+        "RUN pip install --no-cache-dir --timeout=120 -r requirements.txt\nCOPY . .\n"
+    )
+    finding = run_check(check_dependency_pinning, folder)
+    assert finding.status == status
+    if status == "fail":
+        assert words in finding.summary and words in finding.evidence[0]
+        assert "Pin every VCS requirement to a full commit" in str(finding.remediation)
+    else:
+        assert finding.summary == words
+
+
+def test_dependency_pinning_judges_what_the_dockerfile_installs(tmp_path: Path) -> None:
+    from taskhub.validators._static import check_dependency_pinning
+
+    folder = tmp_path / "env"
+    (folder / "backend").mkdir(parents=True)
+    # the declared files are pinned, but the build installs packages by name and a project
+    (folder / "requirements.txt").write_text("fastapi==0.115.0\nopenenv-core==0.2.3\n")
+    (folder / "backend" / "pyproject.toml").write_text(
+        '[project]\nname = "b"\ndependencies = [\n    "openenv-core>=0.2.1",\n]\n'
+    )
+    (folder / "Dockerfile").write_text(
+        "FROM python:3.11-slim\nWORKDIR /srv\nCOPY backend /srv/backend\n"
+        "RUN pip install --upgrade pip setuptools && pip install uvicorn "
+        "--index-url https://example.org/simple\n"
+        'RUN cd /srv && pip install -e "./backend[extra]"\n'
+    )
+    finding = run_check(check_dependency_pinning, folder)
+    assert finding.status == "fail"
+    assert finding.measured["installed_files"] == ["backend/pyproject.toml"]
+    assert "unversioned requirement Dockerfile:4: uvicorn" in finding.evidence
+    assert any(
+        "'openenv-core' is not pinned to one version (==X.Y.Z): openenv-core>=0.2.1" in e
+        for e in finding.evidence
+    )
+    assert "openenv-core==0.2.1" in str(finding.remediation)  # the era the env declares
+    # a build that installs nothing of the env's (its base image has it): the declared files
+    (folder / "Dockerfile").write_text("FROM openenv-base\nRUN pip install --upgrade pip\n")
+    finding = run_check(check_dependency_pinning, folder)
+    assert finding.status == "pass" and finding.measured["basis"] == "declared files"
 
 
 def test_layout_flags_a_folder_that_shadows_the_framework(env_folder: Path) -> None:

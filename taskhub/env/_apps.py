@@ -1,0 +1,500 @@
+"""Find the ASGI app an env folder serves, where its author says it is, without importing it.
+
+The manifest comes first (``openenv.yaml``'s ``app:`` in every form seen in submissions).
+Without one, an env is served the way its author runs it: the command of its Dockerfile
+(``uvicorn module:app``, or ``python -m module`` / ``python path.py`` when that file runs
+uvicorn), a ``[project.scripts]`` entry that runs a server, OpenEnv's default
+``server/app.py``, else a bounded scan of its Python files for a module-level FastAPI app.
+Every source is parsed, never imported or run.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import posixpath
+import re
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from taskhub._errors import EnvLaunchError
+from taskhub.env._dockerfile import Dockerfile, read_dockerfiles
+
+#: Where manifests seen in the wild name the ASGI app, besides ``app``.
+_APP_KEYS = (("server", "entry_point"), ("server", "app"), ("environment", "app"), ("entry_point",))
+#: ``module:attribute``, the form uvicorn and gunicorn take an app in.
+_MODULE_ATTR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+#: Servers that take the app as ``module:attribute``.
+_SERVERS = frozenset({"uvicorn", "gunicorn", "hypercorn", "granian"})
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+#: Python options that take a value (``-X dev``, ``-W ignore``).
+_PYTHON_VALUE_OPTIONS = frozenset({"-X", "-W", "--check-hash-based-pycs"})
+#: Calls that build an ASGI app at module level (FastAPI, Starlette, OpenEnv's create_app).
+APP_FACTORIES = frozenset({"FastAPI", "Starlette", "create_app", "create_fastapi_app"})
+
+#: Bounds of the scan for a module-level app: folder depth, files parsed, bytes per file.
+MAX_SCAN_DEPTH = 4
+MAX_SCAN_FILES = 400
+MAX_SCAN_FILE_BYTES = 512 * 1024
+#: Folders the scan never enters: environments, caches, tests, docs and examples.
+SCAN_SKIP = frozenset(
+    {
+        "venv",
+        "site-packages",
+        "node_modules",
+        "__pycache__",
+        "tests",
+        "test",
+        "docs",
+        "examples",
+        "example",
+        "notebooks",
+        "build",
+        "dist",
+    }
+)
+#: Read to prefer the app a README names (bytes).
+MAX_README_BYTES = 64 * 1024
+
+#: What ``find_app`` looks for when there is no openenv.yaml, for the error that none is there.
+LOOKED_FOR = (
+    "a uvicorn/gunicorn app or a Python server script in the Dockerfile's CMD/ENTRYPOINT, "
+    "a [project.scripts] entry that runs uvicorn, server/app.py, or a module-level FastAPI "
+    "app (app = FastAPI(...) or app = create_app(...)) in its Python files"
+)
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """Read and check a folder's ``openenv.yaml``.
+
+    Raises:
+        EnvLaunchError: The file is missing, not YAML, or not a mapping.
+    """
+    manifest = folder / "openenv.yaml"
+    if not manifest.is_file():
+        raise EnvLaunchError(f"{folder} has no openenv.yaml: not an OpenEnv env folder")
+    try:
+        data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise EnvLaunchError(f"{manifest} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise EnvLaunchError(f"{manifest} must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def _module_path(folder: Path, module: str) -> Path | None:
+    """The file of ``module`` (dotted) inside ``folder``: ``a/b.py`` or ``a/b/__init__.py``."""
+    parts = module.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return None
+    base = folder.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _module_file(folder: Path, app: str) -> bool:
+    return _module_path(folder, app.partition(":")[0]) is not None
+
+
+def _module_name(folder: Path, path: Path) -> str | None:
+    """The dotted module a Python file of ``folder`` is imported as from the folder."""
+    try:
+        relative = path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return None
+    parts = list(relative.with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        if path.stat().st_size > MAX_SCAN_FILE_BYTES:
+            return None
+        return ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _module_level(tree: ast.Module) -> Iterator[ast.stmt]:
+    """The statements run at import time: the body, and inside top-level if/try blocks."""
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        yield node
+        if isinstance(node, ast.If):
+            pending += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            pending += node.body + node.orelse + node.finalbody
+            for handler in node.handlers:
+                pending += handler.body
+
+
+def _call_name(node: ast.expr | None) -> str | None:
+    if not isinstance(node, ast.Call):
+        return None
+    if isinstance(node.func, ast.Name):
+        return node.func.id
+    if isinstance(node.func, ast.Attribute):
+        return node.func.attr
+    return None
+
+
+def module_apps(tree: ast.Module) -> list[str]:
+    """Names bound at module level to an app factory's result (``app = FastAPI(...)``)."""
+    names = []
+    for node in _module_level(tree):
+        targets: list[ast.expr]
+        value: ast.expr | None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign):
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if _call_name(value) in APP_FACTORIES:
+            names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return names
+
+
+def _bound_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in _module_level(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+    return names
+
+
+def _imported(tree: ast.Module, name: str, module: str) -> str | None:
+    """``source_module:attr`` when ``name`` is imported at module level (relative too)."""
+    package = module.rsplit(".", 1)[0] if "." in module else ""
+    for node in _module_level(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        for alias in node.names:
+            if (alias.asname or alias.name) != name:
+                continue
+            source = node.module or ""
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                source = ".".join([*base, source] if source else base)
+            return f"{source}:{alias.name}" if source else None
+    return None
+
+
+def served_by(folder: Path, path: Path, module: str) -> str | None:
+    """The app a Python file serves when run: the argument of its ``uvicorn.run(...)``.
+
+    ``uvicorn.run("pkg.main:app")`` names it; ``uvicorn.run(app)`` passes an app bound in
+    the file (``module:app``) or imported into it. None when the file runs no uvicorn.
+    """
+    tree = _parse(path)
+    if tree is None:
+        return None
+    from_uvicorn = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "uvicorn"
+        for alias in node.names
+    }
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        is_run = (
+            isinstance(func, ast.Attribute)
+            and func.attr == "run"
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "uvicorn"
+        ) or (isinstance(func, ast.Name) and func.id == "run" and "run" in from_uvicorn)
+        if not is_run:
+            continue
+        target = node.args[0] if node.args else None
+        target = next((k.value for k in node.keywords if k.arg == "app"), target)
+        if isinstance(target, ast.Constant) and isinstance(target.value, str):
+            text = target.value
+            if _MODULE_ATTR.fullmatch(text) and _module_file(folder, text):
+                return text
+        elif isinstance(target, ast.Name):
+            if target.id in _bound_names(tree):
+                return f"{module}:{target.id}"
+            source = _imported(tree, target.id, module)
+            if source is not None and _module_file(folder, source):
+                return source
+    return None
+
+
+@dataclass(frozen=True)
+class _Found:
+    app: str
+    how: str
+
+
+def _app_argument(folder: Path, words: tuple[str, ...]) -> str | None:
+    """The first ``module:attr`` argument whose module is a file of ``folder``."""
+    for word in words:
+        if _MODULE_ATTR.fullmatch(word) and _module_file(folder, word):
+            return word
+    return None
+
+
+def _python_target(words: tuple[str, ...]) -> tuple[str, str] | None:
+    """What ``python [options] -m module`` or ``python [options] path.py`` runs."""
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "-m":
+            return ("module", words[index + 1]) if index + 1 < len(words) else None
+        if word == "-c":
+            return None
+        if word in _PYTHON_VALUE_OPTIONS:
+            index += 2
+            continue
+        if word.startswith("-"):
+            index += 1
+            continue
+        return "path", word
+    return None
+
+
+def _app_of_command(
+    folder: Path, dockerfile: Dockerfile, argv: tuple[str, ...], workdir: str
+) -> _Found | None:
+    """The app one start command of a Dockerfile serves."""
+    name = dockerfile.name
+    for index, word in enumerate(argv):
+        base = posixpath.basename(word)
+        rest = argv[index + 1 :]
+        if base in _SERVERS:
+            app = _app_argument(folder, rest)
+            return _Found(app, f"the app the {name}'s {base} command serves") if app else None
+        if base == "fastapi" and rest[:1] in (("run",), ("dev",)):
+            paths = [w for w in rest[1:] if not w.startswith("-")]
+            source = dockerfile.source_of(paths[0] if paths else "main.py", workdir)
+            module = _module_name(folder, source) if source else None
+            tree = _parse(source) if source and module else None
+            apps = module_apps(tree) if tree else []
+            if module and apps:
+                return _Found(f"{module}:{apps[0]}", f"the app the {name}'s fastapi command serves")
+            return None
+        if _PYTHON.fullmatch(base):
+            target = _python_target(rest)
+            if target is None:
+                return None
+            kind, value = target
+            if kind == "module":
+                if value in _SERVERS:
+                    app = _app_argument(folder, rest[rest.index("-m") + 2 :])
+                    how = f"the app the {name}'s {value} command serves"
+                    return _Found(app, how) if app else None
+                path, module = _module_path(folder, value), value
+            else:
+                path = dockerfile.source_of(value, workdir)
+                module = _module_name(folder, path) if path is not None else None
+            if path is None or module is None or not path.is_file():
+                return None
+            app = served_by(folder, path, module)
+            command = " ".join(argv[index:][:4])
+            how = f"the app {module} passes to uvicorn.run, started by the {name}'s command"
+            how += f" ({command})"
+            return _Found(app, how) if app else None
+    return None
+
+
+def _from_dockerfiles(folder: Path) -> _Found | None:
+    for dockerfile in read_dockerfiles(folder):
+        for command in dockerfile.start:
+            found = _app_of_command(folder, dockerfile, command.argv, command.workdir)
+            if found is not None:
+                return found
+    return None
+
+
+def _from_scripts(folder: Path) -> _Found | None:
+    """A ``[project.scripts]`` (or Poetry) entry whose module runs uvicorn."""
+    path = folder / "pyproject.toml"
+    if not path.is_file():
+        return None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
+        return None
+    scripts = dict(data.get("project", {}).get("scripts", {}) or {})
+    scripts.update(data.get("tool", {}).get("poetry", {}).get("scripts", {}) or {})
+    for script, entry in sorted(scripts.items()):
+        if not isinstance(entry, str):
+            continue
+        module = entry.partition(":")[0].strip()
+        source = _module_path(folder, module)
+        app = served_by(folder, source, module) if source is not None else None
+        if app is not None:
+            return _Found(app, f"the app pyproject.toml's script {script!r} serves")
+    return None
+
+
+def _python_files(folder: Path) -> Iterator[Path]:
+    """The folder's importable Python files, breadth first, within the scan bounds."""
+    root = folder.resolve()
+    count = 0
+    for current, dirs, files in os.walk(root):
+        depth = len(Path(current).relative_to(root).parts)
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if depth < MAX_SCAN_DEPTH
+            and d.isidentifier()
+            and not d.startswith((".", "_"))
+            and d.lower() not in SCAN_SKIP
+        )
+        for name in sorted(files):
+            stem = name.removesuffix(".py")
+            if not name.endswith(".py") or not stem.isidentifier():
+                continue
+            if stem.startswith("test_") or stem.endswith("_test") or stem == "conftest":
+                continue
+            count += 1
+            if count > MAX_SCAN_FILES:
+                return
+            yield Path(current) / name
+
+
+def _mentions(folder: Path) -> str:
+    """The text of the folder's Dockerfiles and README, where authors name their app."""
+    texts = []
+    for name in ("Dockerfile", "server/Dockerfile", "README.md", "README.rst", "README"):
+        path = folder / name
+        try:
+            if path.is_file():
+                with path.open("rb") as handle:
+                    texts.append(handle.read(MAX_README_BYTES).decode("utf-8", "replace"))
+        except OSError:
+            continue
+    return "\n".join(texts)
+
+
+def _from_scan(folder: Path) -> _Found | None:
+    """A module-level FastAPI app: the one a Dockerfile or README names, else the shallowest."""
+    found: list[tuple[str, str, str]] = []  # (module, attribute, relative path)
+    for path in _python_files(folder):
+        try:
+            if path.stat().st_size > MAX_SCAN_FILE_BYTES:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if not any(f"{factory}(" in text for factory in APP_FACTORIES):
+            continue
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        module = _module_name(folder, path)
+        if module is None:
+            continue
+        relative = path.resolve().relative_to(folder.resolve()).as_posix()
+        found += [(module, name, relative) for name in module_apps(tree)]
+    if not found:
+        return None
+    mentions = _mentions(folder)
+
+    def rank(item: tuple[str, str, str]) -> tuple[bool, int, int, bool, str]:
+        module, attribute, relative = item
+        named = f"{module}:{attribute}" in mentions or relative in mentions
+        return (not named, relative.count("/"), len(relative), attribute != "app", relative)
+
+    best = min(found, key=rank)
+    module, attribute, relative = best
+    named = "" if rank(best)[0] else " (the one the README or Dockerfile names)"
+    others = f", of {len(found)} found" if len(found) > 1 else ""
+    return _Found(
+        f"{module}:{attribute}",
+        f"the module-level app {attribute} of {relative}{named}{others}",
+    )
+
+
+def _served(folder: Path, *, default: bool) -> _Found | None:
+    """Where a folder without a usable manifest serves its app, in the documented order."""
+    found = _from_dockerfiles(folder) or _from_scripts(folder)
+    if found is None and default:
+        tree = _parse(folder / "server" / "app.py")
+        if tree is not None and "app" in _bound_names(tree) | _imports(tree):
+            found = _Found("server.app:app", "OpenEnv's default app (server/app.py)")
+    return found or _from_scan(folder)
+
+
+def _imports(tree: ast.Module) -> set[str]:
+    return {
+        alias.asname or alias.name
+        for node in _module_level(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+def find_app(folder: Path) -> tuple[str, str]:
+    """The ASGI app to serve ``folder`` with, and how it was found when not from ``app:``.
+
+    ``openenv.yaml``'s ``app: module:attr`` is used as written. Failing that, the forms seen in
+    submissions are read as their authors meant them (``static.manifest`` still reports them):
+    a path (``app: server/app.py``), ``server.entry_point``, OpenEnv's default
+    ``server.app:app`` when the manifest names none or does not parse, then where the author
+    runs the server (the module docstring gives the order). A folder without a manifest is
+    served the same way.
+
+    Returns:
+        ``(module:attr, how)``; ``how`` is empty when the manifest's ``app:`` names it.
+
+    Raises:
+        EnvLaunchError: No app can be found (the message says what was looked for).
+    """
+    manifest_path = folder / "openenv.yaml"
+    if not manifest_path.is_file():
+        found = _served(folder, default=True)
+        if found is not None:
+            return found.app, found.how
+        raise EnvLaunchError(
+            f"{folder} has no openenv.yaml and no server to run: looked for {LOOKED_FOR}. "
+            "Add an openenv.yaml that names the app (app: module:attr)."
+        )
+    try:
+        manifest = read_manifest(folder)
+        broken = ""
+    except EnvLaunchError as exc:
+        manifest, broken = {}, str(exc)
+    app = manifest.get("app")
+    if isinstance(app, str) and ":" in app:
+        return app, ""
+    if isinstance(app, str) and app.endswith(".py"):  # a path: server/app.py
+        module = app.removesuffix(".py").strip("./").replace("/", ".")
+        if module and _module_file(folder, f"{module}:app"):
+            return f"{module}:app", f"openenv.yaml's app {app!r} is a path, read as {module}:app"
+    for keys in _APP_KEYS:
+        value: Any = manifest
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and ":" in value and _module_file(folder, value):
+            return value, f"the app named by openenv.yaml's {'.'.join(keys)}"
+    if app is None and _module_file(folder, "server.app:app"):
+        return "server.app:app", (f"OpenEnv's default app ({broken})" if broken else "")
+    found = _served(folder, default=False)
+    if found is not None:
+        return found.app, found.how
+    if broken:
+        raise EnvLaunchError(broken)
+    raise EnvLaunchError(
+        f"{manifest_path}: app must be 'module:attr', got {app!r}"
+        if app is not None
+        else f"{manifest_path} names no app, and {folder} has no server/app.py"
+    )
