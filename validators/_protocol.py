@@ -917,8 +917,12 @@ async def check_http_stateless(subject: Subject) -> Finding:
 
 
 def invalid_action(schema: dict[str, Any] | None) -> dict[str, Any] | None:
-    """An action that certainly violates ``schema`` (a wrong type in every typed field)."""
+    """An action that certainly violates ``schema`` (a wrong type in every typed field).
+
+    A required field the schema leaves untyped (``Any``) gets a value that is no action at all.
+    """
     props = (schema or {}).get("properties") or {}
+    required = set((schema or {}).get("required") or [])
     wrong: dict[str, Any] = {}
     for name, spec in props.items():
         if name == "metadata" or not isinstance(spec, dict):
@@ -928,6 +932,9 @@ def invalid_action(schema: dict[str, Any] | None) -> dict[str, Any] | None:
             wrong[name] = "not an object" if kind in ("object", "array") else {"bad": [1]}
         elif "enum" in spec:
             wrong[name] = {"bad": [1]}
+        elif name in required and not any(k in spec for k in ("anyOf", "oneOf", "allOf", "$ref")):
+            # a required field typed Any: a value that is no action at all must still be refused
+            wrong[name] = {"__taskhub_invalid__": [1]}
     if wrong:
         return wrong
     if (schema or {}).get("additionalProperties") is False:

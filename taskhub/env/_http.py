@@ -351,10 +351,13 @@ def learn_http_dialect(spec: Any) -> tuple[HttpDialect, dict[str, Any] | None] |
     found = body.get("properties")
     properties: dict[str, Any] = found if isinstance(found, dict) else {}
     inner = _resolve(spec, properties["action"]) if "action" in properties else {}
-    # {"action": {...}} wraps an object; {"action": "A"} is a bare body with a field "action"
+    # {"action": {...}} wraps an object, and so does an untyped {"action": Any} (OpenEnv's
+    # shape); {"action": "A"} is a bare body with a field "action"
+    untyped = "action" in properties and not any(
+        k in inner for k in ("type", "enum", "const", "anyOf", "allOf")
+    )
     wrap = bool(
-        inner
-        and (inner.get("type") == "object" or "properties" in inner or "oneOf" in inner)
+        (untyped or inner.get("type") == "object" or "properties" in inner or "oneOf" in inner)
         and ("action" in (body.get("required") or []) or len(properties) == 1)
     )
     action: dict[str, Any] | None = inner if wrap else body

@@ -98,6 +98,18 @@ EXPECTED: dict[str, set[str]] = {
         "runtime.state_contract",
         "runtime.episode_isolation",
     },
+    # OpenEnv's wrapped body with the action typed Any: anything is played as the default
+    "untyped_action": {
+        "static.resource_declaration",
+        "static.timeout_ceiling",
+        "protocol.metadata",
+        "protocol.schema",
+        "protocol.websocket",
+        "runtime.state_contract",
+        "runtime.http_episode",
+        "runtime.episode_isolation",
+        "protocol.malformed_input",
+    },
     # declared tasks that a reset taking no body can never select, on a hand-rolled server
     "reset_takes_nothing": {
         "static.resource_declaration",
