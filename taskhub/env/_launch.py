@@ -185,6 +185,33 @@ def app_of(folder: Path) -> tuple[str, str]:
     )
 
 
+_BEYOND_PACKAGE = re.compile(r"^\s*from\s+\.\.", re.MULTILINE)
+
+
+def as_package(folder: Path, app: str) -> str | None:
+    """``app`` imported through the env folder as a package, when its code needs that.
+
+    OpenEnv's envs are packages (``chess_env/__init__.py``, ``server/`` inside) whose server
+    modules import their models with ``from ..models import ...``: served as ``server.app``
+    from the folder, that import reaches beyond the top-level package and fails. Their
+    Dockerfiles install the folder as a package and serve ``<package>.server.app``; the same
+    module path, with the folder's parent on ``sys.path``, serves them in place.
+    """
+    module = app.partition(":")[0]
+    top = folder / module.split(".")[0]
+    if not (folder / "__init__.py").is_file() or not folder.name.isidentifier():
+        return None
+    sources = sorted(top.rglob("*.py")) if top.is_dir() else [top.with_suffix(".py")]
+    for source in sources[:200]:
+        try:
+            text = source.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if _BEYOND_PACKAGE.search(text):
+            return f"{folder.name}.{app}"
+    return None
+
+
 def free_port() -> int:
     """Return a TCP port that is free on 127.0.0.1 right now."""
     with socket.socket() as sock:
@@ -260,6 +287,10 @@ def launch_server(
         EnvLaunchError: The manifest is unusable.
     """
     app, how = app_of(folder)
+    packaged = as_package(folder, app)
+    if packaged is not None:
+        note = f"served as {packaged}: its modules import from the folder's package (from ..)"
+        app, how = packaged, "; ".join(filter(None, [how, note]))
     port = port or free_port()
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="taskhub-env-"))
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -282,6 +313,8 @@ def launch_server(
         "--ws-max-size",
         str(16 * 1024 * 1024),
     ]
+    if packaged is not None:
+        argv += ["--app-dir", str(folder.parent)]  # the folder's parent holds the package
     if how:
         log_path.write_text(f"taskhub: serving {app}: {how}\n", encoding="utf-8")
     with log_path.open("ab") as log:
