@@ -726,6 +726,9 @@ async def check_reward_well_formed(subject: Subject) -> Finding:
     return passed(f"{len(rewards)} rewards are finite numbers{suffix}", measured=measured)
 
 
+#: JSON size of the observations runtime.observation_schema validates, at most (about).
+SCHEMA_SAMPLE_BYTES = 2_000_000
+
 # Runs in a throwaway interpreter: a hostile schema (catastrophic regex, deep recursion) can
 # only burn that process, under a wall-clock deadline.
 _SCHEMA_WORKER = r"""
@@ -771,6 +774,7 @@ async def check_observation_schema(subject: Subject) -> Finding:
         return skipped("the server advertises no observation schema")
     items: list[tuple[str, Any]] = []
     seen: set[str] = set()
+    size = 0
     for exchange in subject.driver.exchanges:
         if exchange.op not in ("reset", "step") or exchange.reply is None:
             continue
@@ -782,7 +786,10 @@ async def check_observation_schema(subject: Subject) -> Finding:
         items.append(
             ("reset_observation" if exchange.op == "reset" else "observation", observation)
         )
-        if len(items) >= 300:
+        size += len(key)
+        # big observations (screens as pixel lists) are sampled: the deadline below is for
+        # pathological schemas, not for the sheer size of what an env sends
+        if len(items) >= 300 or (size > SCHEMA_SAMPLE_BYTES and len(items) >= 2):
             break
     job = {
         "schemas": {

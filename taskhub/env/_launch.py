@@ -189,27 +189,31 @@ _BEYOND_PACKAGE = re.compile(r"^\s*from\s+\.\.", re.MULTILINE)
 
 
 def as_package(folder: Path, app: str) -> str | None:
-    """``app`` imported through the env folder as a package, when its code needs that.
+    """``app`` as served from the folder's parent, when the env's code imports its package.
 
     OpenEnv's envs are packages (``chess_env/__init__.py``, ``server/`` inside) whose server
-    modules import their models with ``from ..models import ...``: served as ``server.app``
-    from the folder, that import reaches beyond the top-level package and fails. Their
-    Dockerfiles install the folder as a package and serve ``<package>.server.app``; the same
-    module path, with the folder's parent on ``sys.path``, serves them in place.
+    modules import their models with ``from ..models import ...`` or ``from chess_env.models
+    import ...``: their Dockerfiles install the folder as a package. Served as ``server.app``
+    from the folder, the first reaches beyond the top-level package and the second finds no
+    ``chess_env``. With the folder's parent on ``sys.path``, ``chess_env`` imports in place
+    (``<package>.server.app`` is served when the code imports beyond ``server/``).
     """
-    module = app.partition(":")[0]
-    top = folder / module.split(".")[0]
-    if not (folder / "__init__.py").is_file() or not folder.name.isidentifier():
+    name = folder.name
+    if not (folder / "__init__.py").is_file() or not name.isidentifier():
         return None
+    own = re.compile(rf"^\s*(?:from|import)\s+{name}\b", re.MULTILINE)
+    top = folder / app.partition(":")[0].split(".")[0]
     sources = sorted(top.rglob("*.py")) if top.is_dir() else [top.with_suffix(".py")]
+    imports_own = False
     for source in sources[:200]:
         try:
             text = source.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
         if _BEYOND_PACKAGE.search(text):
-            return f"{folder.name}.{app}"
-    return None
+            return f"{name}.{app}"
+        imports_own = imports_own or own.search(text) is not None
+    return app if imports_own else None
 
 
 def free_port() -> int:
@@ -289,7 +293,7 @@ def launch_server(
     app, how = app_of(folder)
     packaged = as_package(folder, app)
     if packaged is not None:
-        note = f"served as {packaged}: its modules import from the folder's package (from ..)"
+        note = f"served as {packaged} from the folder's parent: its modules import the package"
         app, how = packaged, "; ".join(filter(None, [how, note]))
     port = port or free_port()
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="taskhub-env-"))
