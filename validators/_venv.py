@@ -17,7 +17,6 @@ import asyncio
 import collections
 import contextlib
 import os
-import re
 import signal
 import sys
 import sysconfig
@@ -228,53 +227,4 @@ async def prepare_venv(
         log.write(f"$ {' '.join(argv)}\n".encode())
         log.flush()
     await _run(argv, folder, left(), what=what, log=log, on_start=on_start, limit=timeout)
-    broken = await _broken_layer(python, site, left())
-    if broken:
-        # a pin of the submission (numpy==1.26) broke a library of the layer (pandas needs
-        # numpy>=2): that library gets its own copy in the venv, at a version the pins allow
-        if log is not None:
-            log.write(
-                f"taskhub: the requirements broke {', '.join(broken)}: reinstalling\n".encode()
-            )
-        with contextlib.suppress(InstallError):  # the env may not even import it
-            await _run(
-                [*argv, *broken],
-                folder,
-                left(),
-                what=f"reinstalling {', '.join(broken)} for the submission's pins",
-                log=log,
-                on_start=on_start,
-            )
     return python
-
-
-_BROKEN = re.compile(r"^(\S+) \S+ has requirement ", re.MULTILINE)
-
-
-async def _broken_layer(python: Path, site: Path, timeout: float) -> list[str]:
-    """Distributions of the layer whose requirements the venv's packages no longer meet."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pip",
-        "--python",
-        str(python),
-        "check",
-        "--disable-pip-version-check",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        async with asyncio.timeout(min(timeout, 60.0)):
-            output, _ = await process.communicate()
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        return []
-    own = {_normalized(p.name.partition("-")[0]) for p in site.glob("*.dist-info")}
-    names = _BROKEN.findall(output.decode(errors="replace"))
-    return sorted({n for n in names if _normalized(n) not in own})[:20]
-
-
-def _normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
