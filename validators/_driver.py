@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import httpx
 
-from taskhub import EnvCapacityError, EnvError, canonical_json
+from taskhub import EnvCapacityError, EnvError, EnvTimeout, canonical_json
 from taskhub.env import (
     OPENENV_HTTP,
     EnvClient,
@@ -121,10 +121,14 @@ class TracedSession:
         except EnvError as exc:
             exchange.error = f"{type(exc).__name__}: {exc}"
             exchange.code = exc.code
+            if isinstance(exc, EnvTimeout):
+                self.driver.timeouts += 1
             raise
         finally:
             exchange.latency_s = time.perf_counter() - started
             self.driver.record(exchange)
+        self.driver.answered += 1
+        self.driver.last_answer_at = time.monotonic()
         exchange.reply = frame_of(result) if isinstance(result, StepResult) else result
         if isinstance(result, StepResult):
             # a terminal reply that repeats the last one and pays nothing answers a step after
@@ -197,7 +201,8 @@ class Trajectory:
         """Canonical text of the trajectory: observations (no metadata), rewards, dones.
 
         Args:
-            states: Include the ``state()`` snapshots (they carry the episode id).
+            states: Include the ``state()`` snapshots, without their episode id (an env whose
+                reset() takes none names its episodes itself, a fresh id each time).
         """
         frames: list[Any] = []
         if self.first is not None:
@@ -213,7 +218,12 @@ class Trajectory:
             )
         frames.append(type(self.error).__name__ if self.error else None)
         if states:
-            frames.append(self.states)
+            frames.append(
+                [
+                    {k: v for k, v in s.items() if k != "episode_id"} if isinstance(s, dict) else s
+                    for s in self.states
+                ]
+            )
         return canonical_json(frames)
 
     def describe(self, limit: int = 6) -> JsonObject:
@@ -271,6 +281,12 @@ class EnvDriver:
     last_terminal: JsonObject | None = None
     """The observation of the last reply, in any session, that ended an episode."""
     current_check: str = ""
+    answered: int = 0
+    """Episode requests (reset, step, state) the env has answered so far."""
+    last_answer_at: float = 0.0
+    """``time.monotonic()`` of the last such answer."""
+    timeouts: int = 0
+    """Episode requests that outlasted their deadline so far."""
     rss_samples_mb: list[float] = field(default_factory=list)
     episode_durations_s: list[float] = field(default_factory=list)
     episodes: int = 0

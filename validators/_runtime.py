@@ -43,6 +43,7 @@ from ._episodes import COMPARE_STEPS, ORACLE_RUNS, REFERENCE_RUNS
 from ._json import JsonObject
 from ._protocol import HTTP_EPISODE, WIRE
 from ._semantic import SEMANTIC_AFTER, answered, leaking_paths
+from ._static import reset_parameters
 from ._subject import Product, Subject, noop_policy
 
 # --- runtime.startup ---------------------------------------------------------------------------
@@ -109,7 +110,12 @@ def first_and_last(subject: Subject) -> list[Task]:
 
 @check("runtime.state_contract", level="runtime", needs=("episode",))
 async def check_state_contract(subject: Subject) -> Finding:
-    """state() keeps the episode_id given to reset() and counts steps from 0."""
+    """state() names each episode by one id and counts steps from 0.
+
+    The id is the one given to reset() when reset() declares an ``episode_id`` parameter;
+    a reset() that does not (OpenEnv drops the key, or ``**kwargs`` swallows it) may name its
+    episodes itself, with one id for the whole episode and a fresh one at each reset.
+    """
     task = subject.tasks[0]
     kwargs = subject.reset_kwargs(task)
     trajectory = await subject.driver.play(
@@ -121,35 +127,58 @@ async def check_state_contract(subject: Subject) -> Finding:
             'Answer state frames with {"type": "state", "data": {episode_id, step_count}}.',
             evidence=[trajectory.describe()],
         )
-    problems = []
     states = list(trajectory.states)
     if trajectory.final_state is not None:
         states.append(trajectory.final_state)
+    evidence: list[Any] = [{"episode_id": kwargs["episode_id"], "states": states[:4]}]
+    if not states:
+        return failed("no state was returned", "Serve state().", evidence=evidence)
+    folder = subject.env.folder
+    accepted = reset_parameters(folder) if folder is not None else None
+    binding = accepted is not None and "episode_id" in accepted
+    own = states[0].get("episode_id")
+    problems = []
     for index, state in enumerate(states):
-        if state.get("episode_id") != kwargs["episode_id"]:
+        episode_id = state.get("episode_id")
+        if binding and episode_id != kwargs["episode_id"]:
             problems.append(
-                f"after {index} step(s): episode_id is {state.get('episode_id')!r}, "
+                f"after {index} step(s): episode_id is {episode_id!r}, "
                 f"reset asked for {kwargs['episode_id']!r}"
+            )
+        elif not binding and (not isinstance(episode_id, str) or not episode_id):
+            problems.append(f"after {index} step(s): episode_id is {episode_id!r}")
+        elif not binding and episode_id != own:
+            problems.append(
+                f"after {index} step(s): episode_id changed from {own!r} to {episode_id!r}"
             )
         count = state.get("step_count")
         if type(count) is not int or count != index:
             problems.append(f"after {index} step(s): step_count is {count!r}")
-    measured: JsonObject = {"states": len(states), "steps": len(trajectory.steps)}
-    evidence: list[Any] = [{"episode_id": kwargs["episode_id"], "states": states[:4]}]
-    if not states:
-        return failed("no state was returned", "Serve state().", evidence=evidence)
+    if not binding and not problems:
+        # an env naming its own episodes must not give the next one the same name
+        again = await subject.driver.play(
+            subject.reset_kwargs(task), noop_policy(subject), max_steps=0, snapshots=True
+        )
+        if again.error is None and again.states:
+            evidence[0]["next_episode_state"] = again.states[0]
+            if again.states[0].get("episode_id") == own:
+                problems.append(f"the next reset kept the episode_id {own!r}")
+    measured: JsonObject = {
+        "states": len(states),
+        "steps": len(trajectory.steps),
+        "reset_takes_episode_id": binding,
+    }
     if problems:
         return failed(
             f"{len(problems)} state contract violation(s): {problems[0]}",
-            "Keep the episode_id passed to reset() in the state and count step_count from 0 "
-            "at reset, +1 per step.",
+            "Keep the episode_id passed to reset() in the state (or, when reset() takes "
+            "none, one fresh id per episode) and count step_count from 0 at reset, +1 per "
+            "step.",
             measured=measured,
             evidence=[*problems[:5], *evidence],
         )
-    return passed(
-        f"state() kept the episode_id and counted {len(states) - 1} step(s)",
-        measured=measured,
-    )
+    how = "kept the episode_id" if binding else f"named the episode {own!r} itself"
+    return passed(f"state() {how} and counted {len(states) - 1} step(s)", measured=measured)
 
 
 # --- runtime.http_episode ----------------------------------------------------------------------
@@ -617,7 +646,10 @@ async def check_resource_bounds(subject: Subject) -> Finding:
 
 @check("runtime.reward_well_formed", level="runtime", needs=("episode", "exchanges"))
 async def check_reward_well_formed(subject: Subject) -> Finding:
-    """Every reward is a finite number in the declared range; null only on reset.
+    """Every reward is a finite number in the declared range; null only before the end.
+
+    OpenEnv allows a null reward: an env with a sparse reward pays nothing until the episode
+    ends, and only the step that ends it must carry a number.
 
     Steps sent after the episode ended, and empty actions where real ones were played, are
     left out: other checks judge them.
@@ -633,15 +665,20 @@ async def check_reward_well_formed(subject: Subject) -> Finding:
     # an empty action is no action (protocol.malformed_input judges whether it is refused):
     # where real actions were played, what an empty one pays says nothing of the reward
     played = any(e.op == "step" and e.request for e in exchanges)
-    excluded = 0
+    excluded = pending = 0
     for exchange in exchanges:
         if played and exchange.op == "step" and not exchange.request:
             excluded += 1
             continue
-        reward = (exchange.reply or {}).get("reward")
+        reply = exchange.reply or {}
+        reward = reply.get("reward")
         if reward is None:
-            if exchange.op == "step":
-                problems.append({"problem": "a step reward is null", **exchange.evidence()})
+            if exchange.op == "step" and reply.get("done") is True:
+                problems.append(
+                    {"problem": "an episode ended with a null reward", **exchange.evidence()}
+                )
+            elif exchange.op == "step":
+                pending += 1  # a sparse reward: null until the episode's end pays
             continue
         if not isinstance(reward, int | float) or not math.isfinite(reward):
             problems.append({"problem": f"reward {reward!r}", **exchange.evidence()})
@@ -661,16 +698,25 @@ async def check_reward_well_formed(subject: Subject) -> Finding:
         "declared_range": list(declared) if declared else None,
         "problems": len(problems),
         "empty_actions_left_out": excluded,
+        "null_before_the_end": pending,
     }
     if problems:
         first = problems[0]
         what = first.get("problem") or first.get("error") if isinstance(first, dict) else first
         return failed(
             f"{len(problems)} ill-formed reward(s): {what}",
-            "Return a finite number in the declared reward range from every step (null only "
-            "on reset), or declare the range the step rewards really take.",
+            "Return a finite number in the declared reward range (null only before the "
+            "episode ends), or declare the range the step rewards really take.",
             measured=measured,
             evidence=problems[:5],
+        )
+    if not rewards and pending:
+        return skipped(
+            f"{pending} step rewards were null and no played episode ended: a sparse reward "
+            "pays at the end, which no episode of the validation reached",
+            measured=measured,
+            remediation="Give a taskset with answers or oracle_actions, so that an episode "
+            "ends and its reward is read.",
         )
     if not rewards:
         return failed(
@@ -679,6 +725,12 @@ async def check_reward_well_formed(subject: Subject) -> Finding:
     suffix = f" within {list(declared)}" if declared else " (no range declared)"
     return passed(f"{len(rewards)} rewards are finite numbers{suffix}", measured=measured)
 
+
+#: JSON size of the observations runtime.observation_schema validates, at most (about).
+SCHEMA_SAMPLE_BYTES = 1_000_000
+#: Below this JSON size, observations that take over the deadline to validate point to a
+#: pathological schema (a catastrophic pattern); above it, to their own size.
+SCHEMA_SMALL_BYTES = 100_000
 
 # Runs in a throwaway interpreter: a hostile schema (catastrophic regex, deep recursion) can
 # only burn that process, under a wall-clock deadline.
@@ -725,6 +777,7 @@ async def check_observation_schema(subject: Subject) -> Finding:
         return skipped("the server advertises no observation schema")
     items: list[tuple[str, Any]] = []
     seen: set[str] = set()
+    size = 0
     for exchange in subject.driver.exchanges:
         if exchange.op not in ("reset", "step") or exchange.reply is None:
             continue
@@ -736,7 +789,10 @@ async def check_observation_schema(subject: Subject) -> Finding:
         items.append(
             ("reset_observation" if exchange.op == "reset" else "observation", observation)
         )
-        if len(items) >= 300:
+        size += len(key)
+        # big observations (screens as pixel lists) are sampled: the deadline below is for
+        # pathological schemas, not for the sheer size of what an env sends
+        if len(items) >= 300 or (size > SCHEMA_SAMPLE_BYTES and len(items) >= 2):
             break
     job = {
         "schemas": {
@@ -760,6 +816,12 @@ async def check_observation_schema(subject: Subject) -> Finding:
     except TimeoutError:
         process.kill()
         await process.wait()
+        if size > SCHEMA_SMALL_BYTES:
+            return skipped(
+                f"validating {len(items)} observations ({size // 1000} kB of JSON) against "
+                "the schema took over 20s: they are too big to check within the deadline",
+                measured={"observations": len(items), "json_bytes": size},
+            )
         return failed(
             "validating observations against the schema took over 20s",
             "Simplify the observation schema (no pathological patterns).",

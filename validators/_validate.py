@@ -281,6 +281,28 @@ class _Run:
         except (EnvError, OSError) as exc:  # the checks that read it report it
             logger.warning("the protocol discovery failed: %s", exc)
 
+    def _still_answering(
+        self, answered_before: int, timeouts_before: int, timeout: float
+    ) -> Finding | None:
+        """A skip when a check ran out of its own time while the env kept answering.
+
+        The env answered requests during the check and none of them, nor the one in flight,
+        outlasted a request's deadline: the env is slow for the check's deadline, not hung.
+        """
+        driver = self.subject.driver
+        answered = driver.answered - answered_before
+        quiet_s = time.monotonic() - driver.last_answer_at
+        hung = driver.timeouts > timeouts_before or quiet_s >= driver.op_timeout_s
+        if answered == 0 or hung:
+            return None
+        return skipped(
+            f"the check did not finish within its {timeout:g}s although the env kept "
+            f"answering ({answered} requests, the last {quiet_s:.1f}s before the end): the "
+            "env is slower than this check's deadline, which says nothing against it",
+            measured={"check_timeout_s": timeout, "answered": answered},
+            remediation="Raise --check-timeout to let this check finish on a slow env.",
+        )
+
     async def _execute(self, spec: CheckSpec) -> Finding:
         subject = self.subject
         config = subject.config
@@ -306,6 +328,7 @@ class _Run:
         subject.driver.current_check = spec.id
         exchanges = subject.driver.exchanges
         first_exchange = len(exchanges)
+        answered, timeouts = subject.driver.answered, subject.driver.timeouts
         try:
             async with asyncio.timeout(timeout):
                 return await spec.fn(subject)
@@ -318,6 +341,9 @@ class _Run:
                     "ran out during this check",
                     evidence=tail,
                 )
+            still_answering = self._still_answering(answered, timeouts, timeout)
+            if still_answering is not None:
+                return still_answering
             return failed(
                 f"the check did not finish within {timeout:g}s",
                 "Answer every request promptly: the env hung or was too slow for this check.",

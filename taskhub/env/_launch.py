@@ -110,6 +110,37 @@ def resolve_env(spec: str) -> EnvTarget:
     )
 
 
+_BEYOND_PACKAGE = re.compile(r"^\s*from\s+\.\.", re.MULTILINE)
+
+
+def as_package(folder: Path, app: str) -> str | None:
+    """``app`` as served from the folder's parent, when the env's code imports its package.
+
+    OpenEnv's envs are packages (``chess_env/__init__.py``, ``server/`` inside) whose server
+    modules import their models with ``from ..models import ...`` or ``from chess_env.models
+    import ...``: their Dockerfiles install the folder as a package. Served as ``server.app``
+    from the folder, the first reaches beyond the top-level package and the second finds no
+    ``chess_env``. With the folder's parent on ``sys.path``, ``chess_env`` imports in place
+    (``<package>.server.app`` is served when the code imports beyond ``server/``).
+    """
+    name = folder.name
+    if not (folder / "__init__.py").is_file() or not name.isidentifier():
+        return None
+    own = re.compile(rf"^\s*(?:from|import)\s+{name}\b", re.MULTILINE)
+    top = folder / app.partition(":")[0].split(".")[0]
+    sources = sorted(top.rglob("*.py")) if top.is_dir() else [top.with_suffix(".py")]
+    imports_own = False
+    for source in sources[:200]:
+        try:
+            text = source.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if _BEYOND_PACKAGE.search(text):
+            return f"{name}.{app}"
+        imports_own = imports_own or own.search(text) is not None
+    return app if imports_own else None
+
+
 def free_port() -> int:
     """Return a TCP port that is free on 127.0.0.1 right now."""
     with socket.socket() as sock:
@@ -193,6 +224,10 @@ def launch_server(
         EnvLaunchError: No app to serve can be found.
     """
     app, how = find_app(folder)
+    packaged = as_package(folder, app)
+    if packaged is not None:
+        note = f"served as {packaged} from the folder's parent: its modules import the package"
+        app, how = packaged, "; ".join(filter(None, [how, note]))
     port = port or free_port()
     scratch = None if log_dir else Path(tempfile.mkdtemp(prefix="taskhub-env-"))
     log_dir = log_dir or scratch
@@ -217,6 +252,8 @@ def launch_server(
         "--ws-max-size",
         str(16 * 1024 * 1024),
     ]
+    if packaged is not None:
+        argv += ["--app-dir", str(folder.parent)]  # the folder's parent holds the package
     if how:
         log_path.write_text(f"taskhub: serving {app}: {how}\n", encoding="utf-8")
     with log_path.open("ab") as log:

@@ -60,6 +60,11 @@ EXPECTED: dict[str, set[str]] = {
     # the HTTP routes of a /ws server build a fresh env per request, as OpenEnv's create_app
     # does: its own finding, a warning (runtime.http_episode judges HTTP-only servers)
     "fresh_per_request": {"protocol.http_stateless"},
+    # reset() takes no episode id (the env names its episodes) and the reward is null until
+    # the end: both as OpenEnv allows, no defect
+    "names_its_episodes": set(),
+    # a package, as OpenEnv's envs are: its server imports `from ..models`; no defect
+    "relative_imports": set(),
     # a hand-rolled server with several defects at once, and a manifest older than validation:
     "handrolled_global": {
         "static.resource_declaration",

@@ -174,3 +174,35 @@ def test_the_time_budget_bounds_the_whole_run() -> None:
     errors = [c for c in report.checks if c.status == "error"]
     assert errors and all("time budget" in c.summary for c in errors)
     assert report.verdict == "fail"  # errors fail closed
+
+
+def test_a_check_outlasted_by_a_slow_env_that_answers_is_skipped_not_failed() -> None:
+    def slow_endless_step(session: Session, data: dict[str, Any]) -> Any:
+        async def later() -> Any:
+            await asyncio.sleep(0.1)
+            return observation({"feedback": "wrong"}, 0.0, False)
+
+        return later()
+
+    steps = [0]
+
+    def hangs_later(session: Session, data: dict[str, Any]) -> Any:
+        steps[0] += 1
+        if steps[0] <= 3:  # the protocol checks play; the long episode then hangs
+            return observation({"feedback": "wrong"}, 0.0, False)
+
+        async def never() -> Any:
+            await asyncio.sleep(60)
+
+        return never()
+
+    checks = ["runtime.termination"]
+    with FakeEnv(on_step=slow_endless_step) as env:
+        slow, _ = validate_url(env.url, checks=checks, check_timeout_s=3.0, op_timeout_s=2.0)
+    with FakeEnv(on_step=hangs_later) as env:
+        hung, _ = validate_url(env.url, checks=checks, check_timeout_s=3.0, op_timeout_s=2.0)
+    termination = next(c for c in slow.checks if c.id == "runtime.termination")
+    assert termination.status == "skip", termination
+    assert "kept answering" in termination.summary and termination.remediation
+    # a request that outlasts its own deadline is the env's failure
+    assert statuses(hung)["runtime.termination"] == "fail", hung.checks
