@@ -10,7 +10,9 @@ import tempfile
 
 # huggingface_hub and datasets read these when they are imported, so they are set here, before
 # any test module can import them. HF_ENDPOINT points at the Hub-compatible server that
-# tests/hub/hub_server.py starts on this port (see tests/hub/conftest.py).
+# tests/hub/hub_server.py starts on this port (see tests/hub/conftest.py). Each process picks its
+# own port and home: an xdist worker inherits the controller's environment, and every worker
+# serves its own Hub.
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -18,7 +20,7 @@ def _free_port() -> int:
 
 
 _HF_HOME = tempfile.mkdtemp(prefix="taskhub-test-hf-")
-os.environ["TASKHUB_TEST_HUB_PORT"] = os.environ.get("TASKHUB_TEST_HUB_PORT") or str(_free_port())
+os.environ["TASKHUB_TEST_HUB_PORT"] = str(_free_port())
 os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{os.environ['TASKHUB_TEST_HUB_PORT']}"
 os.environ["HF_HOME"] = _HF_HOME
 os.environ["HF_HUB_DISABLE_XET"] = "1"
@@ -35,6 +37,9 @@ from collections.abc import Iterator  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.reference_envs.refenv_helpers import EnvServer, start_server, stop_server  # noqa: E402
+
+# the xdist groups of the tests that share a costly fixture
+pytest_plugins = ["tests.xdist_groups"]
 
 
 @pytest.fixture

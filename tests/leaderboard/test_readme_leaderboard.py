@@ -1,4 +1,5 @@
-"""README.md's `taskhub leaderboard` commands work exactly as written."""
+"""README.md's `taskhub leaderboard` commands work exactly as written (the server on a free
+port, not the shown one, which another test run may hold)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from tests.servers import free_port
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 BASH = [
@@ -35,15 +38,16 @@ def test_readme_leaderboard_commands(tmp_path: Path) -> None:
     )
     assert built.returncode == 0, built.stderr
     assert (tmp_path / "site" / "index.html").is_file()
+    shown = re.search(r"--port (\d+)", serve).group(1)  # type: ignore[union-attr]
+    port = str(free_port())
     server = subprocess.Popen(
-        [TASKHUB, *shlex.split(serve)[1:]],
+        [TASKHUB, *shlex.split(serve.replace(f"--port {shown}", f"--port {port}"))[1:]],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
     try:
-        port = re.search(r"--port (\d+)", serve).group(1)  # type: ignore[union-attr]
         deadline = time.monotonic() + 30
         while True:
             try:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -150,3 +153,25 @@ def test_the_app_imports_as_a_package_module(name: str) -> None:
     module = importlib.import_module(f"taskhub._envs.{name}.server.app")
     paths = {getattr(route, "path", None) for route in module.app.routes}
     assert {"/ws", "/health", "/schema", "/metadata", "/reset", "/step"} <= paths
+    assert "/web" not in paths  # ENABLE_WEB_INTERFACE is unset
+
+
+def test_the_web_ui_is_served_when_enabled() -> None:
+    # the envs keep openenv from importing gradio as they start only while the UI is off
+    code = "\n".join(
+        [
+            "import importlib",
+            f"for name in {list(ENV_NAMES)!r}:",
+            "    app = importlib.import_module(f'taskhub._envs.{name}.server.app').app",
+            "    print(any(r.path == '/web' for r in app.routes))",
+        ]
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "ENABLE_WEB_INTERFACE": "true"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True"] * len(ENV_NAMES)

@@ -25,10 +25,11 @@ pytestmark = [
 
 
 def test_local_model_is_deterministic_at_temperature_zero(tmp_path: Path) -> None:
+    # two episodes in flight at once are enough to show that concurrency does not leak between them
     config = EvalConfig(
         model="local/smollm2-135m",
         taskset="arith",
-        limit=4,
+        limit=2,
         concurrency=2,
         sampling={"max_tokens": 24},
     )
@@ -36,7 +37,7 @@ def test_local_model_is_deterministic_at_temperature_zero(tmp_path: Path) -> Non
     second = evaluate(config, output_dir=tmp_path / "b")
     a = sorted(read_results(first.run_dir), key=lambda r: r.task_id)
     b = sorted(read_results(second.run_dir), key=lambda r: r.task_id)
-    assert len(a) == 4 and all(r.outcome in ("scored", "agent_error") for r in a)
+    assert len(a) == 2 and all(r.outcome in ("scored", "agent_error") for r in a)
     assert [r.messages for r in a] == [r.messages for r in b]
     assert [r.reward for r in a] == [r.reward for r in b]
     assert all(r.usage.completion_tokens > 0 for r in a)
