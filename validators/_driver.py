@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable
@@ -98,9 +99,46 @@ def frame_of(result: StepResult) -> JsonObject:
     return data
 
 
+#: Words of a field name that mark a measured duration (``execution_time``, ``latency_ms``).
+_DURATION_WORDS = frozenset({"elapsed", "duration", "latency", "runtime", "took"})
+_DURATION_ENDINGS = frozenset({"time", "ms", "sec", "secs", "seconds"})
+
+
+def is_duration_field(name: str) -> bool:
+    """Whether a field named ``name`` reads as a measured duration: ``execution_time``,
+    ``elapsed_s``, ``latencyMs``, ``step_duration``; not ``time`` or ``time_remaining`` alone
+    (a game clock)."""
+    words = re.findall(r"[a-z]+|[A-Z][a-z]*", name)
+    words = [w.lower() for w in words]
+    if not words:
+        return False
+    if _DURATION_WORDS.intersection(words):
+        return True
+    return len(words) > 1 and (words[-1] in _DURATION_ENDINGS or words[-1] == "s")
+
+
+def _without_durations(value: Any, depth: int = 0) -> Any:
+    if depth > 32:
+        return value
+    if isinstance(value, dict):
+        return {
+            k: "<duration>"
+            if isinstance(v, float) and is_duration_field(str(k))
+            else _without_durations(v, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_without_durations(v, depth + 1) for v in value]
+    return value
+
+
 def observation_key(observation: dict[str, Any]) -> str:
-    """Canonical text of an observation without ``metadata`` (0.4+ servers put timings there)."""
-    return canonical_json({k: v for k, v in observation.items() if k != "metadata"})
+    """Canonical text of an observation for comparisons: without ``metadata`` (0.4+ servers put
+    timings there) and with measured durations masked (a float under a name such as
+    ``execution_time``: wall-clock time the env measured, which no seed controls)."""
+    return canonical_json(
+        _without_durations({k: v for k, v in observation.items() if k != "metadata"})
+    )
 
 
 class TracedSession:

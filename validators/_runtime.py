@@ -218,7 +218,11 @@ async def check_http_episode(subject: Subject) -> Finding:
 
 @check("runtime.termination", level="runtime", needs=("episode",))
 async def check_termination(subject: Subject) -> Finding:
-    """A do-nothing episode ends by itself (done) within the step and time ceilings."""
+    """A do-nothing episode ends by itself (done) within the step and time ceilings.
+
+    A warning in the shipped policies: an env that never ends (OpenEnv's echo env, a REPL)
+    still plays, bounded by the client's step limit; training on it without one hangs.
+    """
     cap = subject.policy.bounds.max_episode_steps
     timeout = subject.env.manifest.episode_timeout_s if subject.env.manifest else None
     tasks = first_and_last(subject)
@@ -241,7 +245,9 @@ async def check_termination(subject: Subject) -> Finding:
             f"a do-nothing episode did not end within {cap} steps"
             + (f" or {timeout:g}s" if timeout else ""),
             "End every episode: set done=True when the task is solved, failed, or out of "
-            "its move budget.",
+            "its move budget. An open-ended env (a chat or a REPL that the agent leaves "
+            "when it likes) plays, but every client then has to bound its episodes: give it "
+            "a step budget (max_steps) and say so in the README.",
             measured=measured,
             evidence=endless[:2],
         )

@@ -485,3 +485,20 @@ def test_field_diff_names_each_changed_field() -> None:
         'state.episode_id: "a" -> "b"',
     ]
     assert masked({"text": "episode x-1 begins"}, {"x-1"}) == {"text": "episode <id> begins"}
+
+
+def test_measured_durations_are_left_out_of_observation_comparisons() -> None:
+    from taskhub.validators._driver import is_duration_field, observation_key
+
+    for name in ("execution_time", "elapsed_s", "latencyMs", "step_duration", "wall_time_seconds"):
+        assert is_duration_field(name), name
+    for name in ("time", "time_remaining", "steps", "timeout", "turns"):
+        assert not is_duration_field(name), name
+    first = {"result": {"stdout": "ok", "execution_time": 0.0071}, "metadata": {"t": 1}}
+    second = {"result": {"stdout": "ok", "execution_time": 0.0093}, "metadata": {"t": 2}}
+    assert observation_key(first) == observation_key(second)
+    # only a measured float is masked: a count under such a name, or other text, still differs
+    assert observation_key({"execution_time": 3}) != observation_key({"execution_time": 4})
+    assert observation_key({"result": {"stdout": "a", "execution_time": 0.1}}) != observation_key(
+        {"result": {"stdout": "b", "execution_time": 0.1}}
+    )
