@@ -148,7 +148,8 @@ def test_workers_end_with_their_process(ending: str, tmp_path: Path) -> None:
 
 
 def test_math_verify_on_a_pathological_answer_is_a_reward_error_not_a_hang() -> None:
-    fn, plugin = create("reward", "math_verify", timeout_s=1.0)
+    # a deadline the first call (sympy imported in a fresh worker) meets on a loaded machine
+    fn, plugin = create("reward", "math_verify", timeout_s=5.0)
     bound = BoundReward(
         RewardSpec.parse("math_verify"), fn, plugin, registry.lookup("reward", "math_verify")
     )
@@ -165,7 +166,7 @@ def test_math_verify_on_a_pathological_answer_is_a_reward_error_not_a_hang() -> 
     assert time.monotonic() - started < 120  # a hang, not a slow machine
     assert tower_total is None and tower_error is not None
     assert "reward 'math_verify' failed on task 'tower'" in tower_error
-    assert "did not finish within 1s (its worker process was killed)" in tower_error
+    assert "did not finish within 5s (its worker process was killed)" in tower_error
     assert fine_total == 1.0 and fine_error is None
 
 
