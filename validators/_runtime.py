@@ -329,11 +329,17 @@ class SeedProbe:
         return observation_key(masked(observation, {self.episode_id}))
 
 
+#: Seconds between the starts of two same-seed resets: a wall-clock time printed to the second
+#: (``[2026-12-01 19:39:55] ...``) then always differs, never only when they straddle a tick.
+CLOCK_TICK_S = 1.05
+
+
 async def probe_seeds(subject: Subject) -> list[SeedProbe]:
     """Reset the first and last task (``first_and_last``) with one seed twice, and two others.
 
     Every reset of one task carries the same episode id, so that an observation that echoes
-    it still compares equal; the id is masked as well.
+    it still compares equal; the id is masked as well. The two fresh-session resets start over
+    a second apart, so that a clock in the observation is found on every run.
     """
     driver = subject.driver
     tasks = first_and_last(subject)
@@ -346,8 +352,11 @@ async def probe_seeds(subject: Subject) -> list[SeedProbe]:
         def kwargs(value: int, probe: SeedProbe = probe) -> JsonObject:
             return {**subject.reset_kwargs(probe.task, seed=value), "episode_id": probe.episode_id}
 
-        for _ in range(2):
-            probe.fresh.append(await driver.play(kwargs(base), lambda i, r: None, max_steps=0))
+        started = time.monotonic()
+        probe.fresh.append(await driver.play(kwargs(base), lambda i, r: None, max_steps=0))
+        # a clock printed to the second in the observation differs only across a second
+        await asyncio.sleep(max(0.0, CLOCK_TICK_S - (time.monotonic() - started)))
+        probe.fresh.append(await driver.play(kwargs(base), lambda i, r: None, max_steps=0))
         try:
             async with driver.session() as session:
                 for _ in range(2):

@@ -16,7 +16,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from taskhub import ValidationReport
-from tests.servers import CLOSE, FakeEnv, ServerThread, Session, observation
+from tests.servers import CLOSE, FakeEnv, ServerThread, Session, counting_reset, observation
 
 #: Deadlines of these runs: one request gets 1 s, the whole validation 40 s.
 QUICK = {"op_timeout_s": 1.0, "check_timeout_s": 15.0, "budget_s": 40.0, "growth_episodes": 5}
@@ -206,3 +206,18 @@ def test_a_check_outlasted_by_a_slow_env_that_answers_is_skipped_not_failed() ->
     assert "kept answering" in termination.summary and termination.remediation
     # a request that outlasts its own deadline is the env's failure
     assert statuses(hung)["runtime.termination"] == "fail", hung.checks
+
+
+def test_a_clock_printed_to_the_second_in_the_observation_is_always_found() -> None:
+    def clock_reset(session: Session, data: dict[str, Any]) -> Any:
+        reply = counting_reset(session, data)
+        stamp = time.strftime("%H:%M:%S")
+        reply["data"]["observation"]["log"] = [f"[{stamp}] [INFO] backup finished"]
+        return reply
+
+    with FakeEnv(on_reset=clock_reset) as env:
+        report, _ = validate_url(env.url, checks=["runtime.seed_control"])
+    seed = next(c for c in report.checks if c.id == "runtime.seed_control")
+    # the two same-seed resets start over a second apart: never only when they straddle a tick
+    assert seed.status == "fail", seed
+    assert "observation.log[0]" in seed.summary
