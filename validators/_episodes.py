@@ -53,18 +53,47 @@ class Floor:
     runs: list[Trajectory] = field(default_factory=list)
 
 
+def empty_body_does_nothing(subject: Subject) -> bool:
+    """Whether ``{}`` is a second way of doing nothing, beside the do-nothing action.
+
+    So it is when the action schema requires no field and the do-nothing action is not ``{}``
+    (a placeholder text was played because the env refused an empty body, or accepted it
+    only later): a REPL that fines a placeholder ``noop`` as bad code and runs an empty cell
+    for free.
+    """
+    required = (subject.driver.action_schema or {}).get("required") or []
+    return not required and subject.noop_action() != {}
+
+
 async def measure_floor(subject: Subject) -> Floor:
-    """Median do-nothing episode reward over the sampled tasks."""
-    runs = []
+    """Median do-nothing episode reward over the sampled tasks.
+
+    Where ``{}`` is a second way of doing nothing (``empty_body_does_nothing``), each task's
+    floor is the better of the two: doing nothing earns what its cheapest spelling earns.
+    """
+    runs: list[Trajectory] = []
+    totals: list[float] = []
+    empty_too = empty_body_does_nothing(subject)
     for task in subject.tasks:
-        runs.append(
+        played = [
             await subject.driver.play(
                 subject.reset_kwargs(task, tag="floor"),
                 noop_policy(subject),
                 max_steps=subject.max_steps_for(task),
             )
-        )
-    totals = [r.total_reward for r in runs if r.error is None]
+        ]
+        if empty_too:
+            played.append(
+                await subject.driver.play(
+                    subject.reset_kwargs(task, tag="floor-empty"),
+                    lambda _i, _r: {},
+                    max_steps=subject.max_steps_for(task),
+                )
+            )
+        runs.extend(played)
+        ran = [r.total_reward for r in played if r.error is None]
+        if ran:
+            totals.append(max(ran))
     return Floor(median(totals) if totals else None, runs)
 
 

@@ -23,7 +23,7 @@ from taskhub import (
 
 from ._check import Finding, check, failed, passed, skipped
 from ._driver import ActionPolicy, Trajectory, median
-from ._episodes import FLOOR, ORACLE_RUNS, REFERENCE_RUNS, oracle_steps
+from ._episodes import FLOOR, ORACLE_RUNS, REFERENCE_RUNS, empty_body_does_nothing, oracle_steps
 from ._json import JsonObject
 from ._subject import Subject
 
@@ -150,9 +150,12 @@ def canaries(subject: Subject, task: Task, other: Task) -> dict[str, ActionPolic
     """Policies that must not earn more than doing nothing."""
     # canaries are valid actions (an invalid one is protocol.malformed_input's business):
     # `{}` when the schema allows it, else the emptiest valid action
+    # where `{}` is a second way of doing nothing, the floor played it already
     required = (subject.driver.action_schema or {}).get("required") or []
     empty: JsonObject = subject.noop_action() if required else {}
-    out: dict[str, ActionPolicy] = {"empty": lambda _i, _r: empty}
+    out: dict[str, ActionPolicy] = {}
+    if not empty_body_does_nothing(subject):
+        out["empty"] = lambda _i, _r: empty
     other_actions = subject.oracle_actions(other) if other is not task else None
     repeated: JsonObject | None = None
     if other_actions and task.answer != other.answer:

@@ -221,3 +221,35 @@ def test_a_clock_printed_to_the_second_in_the_observation_is_always_found() -> N
     # the two same-seed resets start over a second apart: never only when they straddle a tick
     assert seed.status == "fail", seed
     assert "observation.log[0]" in seed.summary
+
+
+def test_an_empty_cell_that_costs_nothing_is_the_floor_not_a_canary() -> None:
+    # a REPL: every field optional, a placeholder "noop" fined as bad code, an empty cell free
+    schema = {"type": "object", "properties": {"code": {"type": "string"}}}
+
+    def repl_step(session: Session, data: dict[str, Any]) -> Any:
+        session.step_count += 1
+        code = str(data.get("code", ""))
+        return observation(
+            {"stdout": "", "error": "NameError" if code else None},
+            0.0 if not code else -0.5,
+            session.step_count >= 3,
+        )
+
+    class Repl(FakeEnv):
+        async def _schema(self, request: Request) -> Response:
+            kinds = {
+                "action": schema,
+                "observation": {"type": "object"},
+                "state": {"type": "object"},
+            }
+            return JSONResponse(kinds)
+
+    with Repl(on_step=repl_step, action_schema=schema) as env:
+        report, _ = validate_url(env.url, checks=["semantic.canary_floor", "semantic.floor_gap"])
+    floor = next(c for c in report.checks if c.id == "semantic.floor_gap")
+    assert floor.measured["action"] == {"code": "noop"}, floor  # the placeholder played first
+    assert floor.measured["floor"] == 0.0, floor  # and the free empty cell is the floor
+    canary = next(c for c in report.checks if c.id == "semantic.canary_floor")
+    assert canary.status == "pass", canary
+    assert "empty" not in canary.measured["mean_rewards"]
