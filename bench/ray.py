@@ -11,8 +11,11 @@ node), then measures, each figure a ratio taken in this run:
 2. Overhead. The reference arith run (``scripted/oracle`` on the built-in arith env and
    taskset, 200 tasks x ``--samples``) on the 2-node cluster against a plain run in this
    process, both on this machine's cores, wall time of ``evaluate`` each (env launch and
-   worker start included; cluster start not). Target: <= 1.3x. The episodes' own span is
-   printed beside it, to tell start-up from per-episode cost.
+   worker start included; cluster start not). Target: <= 1.3x. Each run's time is split in
+   three parts read off its records: start (``evaluate`` called to the first episode's
+   start: env launch, and on Ray the worker processes too), the episodes' span (first start
+   to last end) and stop (last end to ``evaluate``'s return: teardown). The machine's load
+   average is printed beside the ratio: on a shared machine it moves the start-up most.
 3. Cluster start, reported apart (seconds to start both nodes and connect).
 
     python bench/ray.py [--episodes 160] [--sessions 4] [--steps 5] [--samples 2] [--repeats 2]
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 # Run as `python bench/ray.py`, this file's folder comes first on sys.path, and this file
 # would be imported as `ray`.
@@ -67,12 +71,32 @@ def slow_env(folder: Path, steps: int) -> Path:
     return folder
 
 
-def span_rate(run_dir: Path) -> float:
-    """Episodes per second between the first episode's start and the last one's end."""
+def span(run_dir: Path) -> tuple[float, float]:
+    """The first episode's start and the last one's end (seconds since the epoch)."""
     records = read_results(run_dir)
     start = min(r.started_at.timestamp() for r in records)
     end = max(r.started_at.timestamp() + r.duration_s for r in records)
-    return len(records) / (end - start)
+    return start, end
+
+
+def span_rate(run_dir: Path) -> float:
+    """Episodes per second between the first episode's start and the last one's end."""
+    start, end = span(run_dir)
+    return len(read_results(run_dir)) / (end - start)
+
+
+def timed_parts(arith: EvalConfig, output_dir: Path, **kwargs: Any) -> tuple[float, ...]:
+    """Wall time of one ``evaluate``, then its start, episodes' span and stop."""
+    before = time.time()
+    run = evaluate(arith, output_dir=output_dir, **kwargs)
+    after = time.time()
+    first, last = span(run.run_dir)
+    return after - before, first - before, last - first, after - last
+
+
+def describe(parts: tuple[float, ...]) -> str:
+    """``start S + episodes E + stop T`` of one run's ``timed_parts``."""
+    return f"start {parts[1]:.2f} + episodes {parts[2]:.2f} + stop {parts[3]:.2f} s"
 
 
 def main() -> None:
@@ -119,16 +143,13 @@ def main() -> None:
         arith = EvalConfig(
             model="scripted/oracle", taskset="arith", samples=args.samples, concurrency=4
         )
-        plain, on_ray, plain_rate, ray_rate = [], [], [], []
+        plain: list[tuple[float, ...]] = []
+        on_ray: list[tuple[float, ...]] = []
+        load_before = os.getloadavg()[0]
         for _ in range(args.repeats):
-            t = time.perf_counter()
-            run = evaluate(arith, output_dir=work / "runs")
-            plain.append(time.perf_counter() - t)
-            plain_rate.append(span_rate(run.run_dir))
-            t = time.perf_counter()
-            run = evaluate(arith, output_dir=work / "runs", executor=RayExecutor())
-            on_ray.append(time.perf_counter() - t)
-            ray_rate.append(span_rate(run.run_dir))
+            plain.append(timed_parts(arith, work / "runs"))
+            on_ray.append(timed_parts(arith, work / "runs", executor=RayExecutor()))
+        load_after = os.getloadavg()[0]
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -143,16 +164,19 @@ def main() -> None:
         f"1 node {[round(x, 1) for x in one]}, 2 nodes {[round(x, 1) for x in two]}"
     )
     episodes = 200 * args.samples
+    best_plain, best_ray = min(plain), min(on_ray)
+    walls_plain, walls_ray = [p[0] for p in plain], [p[0] for p in on_ray]
     print(
-        f"overhead, arith {episodes} episodes: plain {min(plain):.1f} s, Ray 2 nodes "
-        f"{min(on_ray):.1f} s -> {min(on_ray) / min(plain):.2f}x (target <= 1.3); runs: "
-        f"plain {[round(x, 1) for x in plain]}, Ray {[round(x, 1) for x in on_ray]}; "
-        f"median ratio {statistics.median(on_ray) / statistics.median(plain):.2f}"
+        f"overhead, arith {episodes} episodes: plain {best_plain[0]:.1f} s, Ray 2 nodes "
+        f"{best_ray[0]:.1f} s -> {best_ray[0] / best_plain[0]:.2f}x (target <= 1.3; load "
+        f"average {load_before:.1f} -> {load_after:.1f}); runs: plain "
+        f"{[round(x, 1) for x in walls_plain]}, Ray {[round(x, 1) for x in walls_ray]}; "
+        f"median ratio {statistics.median(walls_ray) / statistics.median(walls_plain):.2f}"
     )
+    print(f"  plain (fastest run): {describe(best_plain)}")
     print(
-        f"  of which episodes alone (first start to last end): plain {max(plain_rate):.1f} "
-        f"ep/s, Ray {max(ray_rate):.1f} ep/s -> {max(plain_rate) / max(ray_rate):.2f}x; the "
-        "rest is start-up (worker processes, one env launch per node)"
+        f"  Ray (fastest run):   {describe(best_ray)}; start is the worker processes and one "
+        "env launch per node, stop their teardown"
     )
 
 

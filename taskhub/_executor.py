@@ -47,6 +47,10 @@ class EpisodeSink(Protocol):
         """
         ...
 
+    def join(self, env_info: EnvInfo) -> None:
+        """Another worker's env is up, after ``begin``: its URLs join the run's."""
+        ...
+
     def record(self, record: EpisodeRecord) -> None:
         """One finished episode, written as it arrives."""
         ...
@@ -75,6 +79,8 @@ class Executor(Protocol):
 
     async def run(self, job: EpisodeJob, sink: EpisodeSink) -> None:
         """Play ``job.items``; call ``sink.begin`` once, then ``sink.record`` per episode.
+
+        Workers that come up after ``begin`` announce their env with ``sink.join``.
 
         Raises:
             TaskhubError: The env or model could not be started, or every worker was lost

