@@ -271,6 +271,35 @@ def launch_server(
     return LocalServer(folder, port, process, log_path, scratch)
 
 
+#: A launched server still working at its startup deadline (its CPU time rising: imports on a
+#: loaded machine) waits on, up to this many times the deadline; one that sleeps does not.
+STARTUP_GRACE_FACTOR = 3.0
+#: Seconds of CPU a server must have used since the last look to count as working.
+_WORKING_CPU_S = 0.05
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) of a process and of its live children, or None off Linux."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0.0
+    found = False
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        # after the name: state, ppid, ..., utime (14th field of the line), stime (15th)
+        if int(entry) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+            found = found or int(entry) == pid
+    return total if found else None
+
+
 async def wait_healthy(
     http: httpx.AsyncClient,
     base_url: str,
@@ -284,14 +313,39 @@ async def wait_healthy(
     up but has no health route: the wait ends at once, and ``/`` is asked instead (returned
     when it answers below 500).
 
+    A launched ``server`` that is still working when ``timeout`` passes (its CPU time rose
+    since the last look: imports on a loaded machine) is given more time, up to
+    ``STARTUP_GRACE_FACTOR`` times ``timeout``; one that sleeps or hangs is not.
+
     Raises:
         EnvLaunchError: The launched process exited first.
-        EnvTimeout: No healthy answer within ``timeout``.
+        EnvTimeout: No healthy answer within ``timeout`` (and the grace, while it worked).
     """
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline, limit = started + timeout, started + timeout * STARTUP_GRACE_FACTOR
+    # the server's CPU time, sampled once a window: "working" is a rise over the last window
+    window = max(1.0, timeout / 6)
+    samples: list[float | None] = [_cpu_seconds(server.process.pid) if server else None]
+    sampled_at = started
     delay = 0.05
     last = "no answer"
-    while time.monotonic() < deadline:
+    while True:
+        now = time.monotonic()
+        if server is not None and now - sampled_at >= window:
+            samples = [samples[-1], _cpu_seconds(server.process.pid)]
+            sampled_at = now
+        if now >= deadline:
+            before, latest = samples[0], samples[-1]
+            working = (
+                len(samples) == 2
+                and before is not None
+                and latest is not None
+                and latest - before >= _WORKING_CPU_S
+            )
+            if not working or now >= limit:
+                break
+            deadline = min(limit, now + window)
+            logger.info("%s is still starting (its CPU time rises): waiting on", base_url)
         if server is not None and server.process.poll() is not None:
             raise EnvLaunchError(
                 f"env server {server.folder.name} exited with code {server.process.returncode} "
@@ -311,8 +365,10 @@ async def wait_healthy(
         await asyncio.sleep(delay)
         delay = min(delay * 1.5, 0.5)
     tail = f" Its output ends with:\n{server.log_tail()}" if server is not None else ""
+    waited = time.monotonic() - started
+    within = f"{timeout:g}s" if waited < timeout * 1.5 else f"{waited:.0f}s (it was still working)"
     raise EnvTimeout(
-        f"{base_url}/health did not answer 200 within {timeout:g}s (last: {last}).{tail}",
+        f"{base_url}/health did not answer 200 within {within} (last: {last}).{tail}",
         env_url=base_url,
     )
 
