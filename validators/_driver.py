@@ -105,9 +105,11 @@ _DURATION_ENDINGS = frozenset({"time", "ms", "sec", "secs", "seconds"})
 
 
 def is_duration_field(name: str) -> bool:
-    """Whether a field named ``name`` reads as a measured duration: ``execution_time``,
-    ``elapsed_s``, ``latencyMs``, ``step_duration``; not ``time`` or ``time_remaining`` alone
-    (a game clock)."""
+    """Whether a field named ``name`` reads as a measured duration.
+
+    ``execution_time``, ``elapsed_s``, ``latencyMs``, ``step_duration`` do; ``time`` or
+    ``time_remaining`` alone (a game clock) do not.
+    """
     words = re.findall(r"[a-z]+|[A-Z][a-z]*", name)
     words = [w.lower() for w in words]
     if not words:
@@ -133,9 +135,12 @@ def _without_durations(value: Any, depth: int = 0) -> Any:
 
 
 def observation_key(observation: dict[str, Any]) -> str:
-    """Canonical text of an observation for comparisons: without ``metadata`` (0.4+ servers put
-    timings there) and with measured durations masked (a float under a name such as
-    ``execution_time``: wall-clock time the env measured, which no seed controls)."""
+    """Canonical text of an observation for comparisons.
+
+    ``metadata`` is left out (0.4+ servers put timings there) and measured durations are
+    masked (a float under a name such as ``execution_time``: wall-clock time the env
+    measured, which no seed controls).
+    """
     return canonical_json(
         _without_durations({k: v for k, v in observation.items() if k != "metadata"})
     )
