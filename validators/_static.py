@@ -147,7 +147,7 @@ def _missing_manifest(subject: Subject) -> Finding:
     """The finding of a folder that serves an app but has no openenv.yaml: what to write."""
     folder = subject.root
     served = subject.env.served_app
-    app, found_by = served if served is not None else ("server.app:app", None)
+    app, found_by = (served.app, served.how) if served is not None else ("server.app:app", None)
     name = re.sub(r"[^a-z0-9]+", "_", folder.name.lower()).strip("_") or "my_env"
     manifest = (
         f"spec_version: 1\nname: {name}\ntype: space\nruntime: fastapi\napp: {app}\n"

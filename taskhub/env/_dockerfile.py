@@ -1,9 +1,10 @@
 """Read an env's Dockerfile without building it: what it runs, and where its files come from.
 
 A pure, bounded parse. Continuation lines are joined and heredoc bodies set apart, ``WORKDIR``
-is followed, ``COPY``/``ADD`` are recorded so that a path inside the image can be traced back
-to the build context, and every ``RUN``, ``CMD`` and ``ENTRYPOINT`` is split into simple
-commands (``sh -c "cd /app && uvicorn app:app"`` is two of them).
+(and a ``cd`` inside a command) is followed, ``COPY``/``ADD`` are recorded so that a path
+inside the image can be traced back to the build context, the final stage's ``ENV`` is kept,
+and every ``RUN``, ``CMD`` and ``ENTRYPOINT`` is split into simple commands
+(``sh -c "cd /app && uvicorn app:app"`` is two of them, the second run in ``/app``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ _LEADING = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!",
 _LEADING |= frozenset({"exec", "time", "sudo", "nohup", "env", "command"})
 _ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_]\w*)\1")
+_NAME = re.compile(r"[A-Za-z_]\w*")
 _SHELLS = frozenset({"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env"})
 
 
@@ -64,6 +66,8 @@ class Dockerfile:
     """Every simple command of every ``RUN``, all stages, in order."""
     start: list[ShellCommand] = field(default_factory=list)
     """The simple commands the image starts with (the final stage's ENTRYPOINT and CMD)."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """The variables the final stage's ``ENV`` instructions set, as written (not expanded)."""
     copies: list[_Copy] = field(default_factory=list, repr=False)
 
     @property
@@ -74,12 +78,12 @@ class Dockerfile:
         except ValueError:
             return self.path.name
 
-    def source_of(self, path: str, workdir: str = "/") -> Path | None:
+    def source_of(self, path: str, workdir: str = "/", *, guess: bool = True) -> Path | None:
         """The file or folder of the build context that ``path`` in the image came from.
 
         ``COPY`` instructions are read from the last to the first; a path no ``COPY`` explains
-        is looked up by its longest tail that exists in the context (``/app/env/x.txt`` is
-        ``x.txt``). None when nothing in the context matches.
+        is looked up, with ``guess``, by its longest tail that exists in the context
+        (``/app/env/x.txt`` is ``x.txt``). None when nothing in the context matches.
         """
         target = posixpath.normpath(posixpath.join(workdir, path))
         context = self.context.resolve()
@@ -88,12 +92,24 @@ class Dockerfile:
                 found = self._copied(context, source, copy, target)
                 if found is not None:
                     return found
+        if not guess:
+            return None
         parts = [p for p in target.split("/") if p]
         for start in range(len(parts)):
             candidate = _inside(context, "/".join(parts[start:]))
             if candidate is not None and candidate.exists():
                 return candidate
         return None
+
+    def folder_of(self, path: str, workdir: str = "/") -> Path | None:
+        """The folder of the build context that folder ``path`` of the image holds.
+
+        Only what a ``COPY`` explains counts (a folder is not guessed from its name): the
+        ``WORKDIR /app/backend`` of an image built with ``COPY . /app`` is ``backend``. None
+        when no ``COPY`` put a context folder there.
+        """
+        found = self.source_of(path, workdir, guess=False)
+        return found if found is not None and found.is_dir() else None
 
     @staticmethod
     def _copied(context: Path, source: str, copy: _Copy, target: str) -> Path | None:
@@ -198,6 +214,22 @@ def split_commands(script: str) -> list[tuple[str, ...]]:
     return commands
 
 
+def _following_cd(commands: list[tuple[str, ...]], line: int, workdir: str) -> list[ShellCommand]:
+    """The commands of one instruction, each with the folder a ``cd`` before it moved to.
+
+    ``cd backend && uvicorn main:app`` runs uvicorn in ``<WORKDIR>/backend``. A ``cd`` to a
+    folder that is not written out (``cd $HOME``, ``cd -``, ``cd`` alone) leaves the
+    folder unknown: the commands after it keep the last known one.
+    """
+    found: list[ShellCommand] = []
+    for argv in commands:
+        found.append(ShellCommand(argv, line, workdir))
+        written = len(argv) == 2 and "$" not in argv[1] and not argv[1].startswith(("-", "~"))
+        if argv[0] == "cd" and written:
+            workdir = posixpath.normpath(posixpath.join(workdir, argv[1]))
+    return found
+
+
 def _exec_form(arguments: str) -> list[str] | None:
     if not arguments.startswith("["):
         return None
@@ -255,13 +287,28 @@ def read_dockerfile(path: Path, context: Path | None = None) -> Dockerfile:
             found = _commands_of(script)
             if script.startswith("<<") and bodies:  # RUN <<EOF: the body is the script
                 found = [c for body in bodies for c in split_commands(body)]
-            dockerfile.runs += [ShellCommand(argv, line, workdir) for argv in found]
+            dockerfile.runs += _following_cd(found, line, workdir)
+        elif keyword == "ENV":
+            stage.environment.update(_assignments(arguments))
         elif keyword in ("CMD", "ENTRYPOINT"):
             setattr(stage, keyword.lower(), arguments)
             stage.line, stage.workdir = line, workdir
     final = stage if stage.line else last
-    dockerfile.start = [ShellCommand(argv, final.line, final.workdir) for argv in final.argvs()]
+    dockerfile.start = _following_cd(final.argvs(), final.line, final.workdir)
+    dockerfile.environment = dict(final.environment)
     return dockerfile
+
+
+def _assignments(arguments: str) -> dict[str, str]:
+    """The variables of an ``ENV`` instruction: ``K=V K2=V2``, or the old ``K V`` form."""
+    try:
+        words = shlex.split(arguments)
+    except ValueError:
+        words = arguments.split()
+    if words and "=" not in words[0]:  # ENV KEY value with spaces
+        return {words[0]: " ".join(words[1:])} if _NAME.fullmatch(words[0]) else {}
+    pairs = (word.partition("=") for word in words)
+    return {key: value for key, _, value in pairs if _NAME.fullmatch(key)}
 
 
 @dataclass
@@ -272,6 +319,7 @@ class _Start:
     cmd: str | None = None
     line: int = 0
     workdir: str = "/"
+    environment: dict[str, str] = field(default_factory=dict)
 
     def argvs(self) -> list[tuple[str, ...]]:
         """The commands the stage starts: ENTRYPOINT + CMD in exec form, else the one given."""
