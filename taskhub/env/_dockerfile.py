@@ -13,6 +13,7 @@ import json
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
@@ -45,7 +46,10 @@ class ShellCommand:
     line: int
     """Line of the instruction in the Dockerfile (1-based)."""
     workdir: str
-    """The ``WORKDIR`` in effect (``/`` when none was set)."""
+    """The folder it runs in: the ``WORKDIR`` in effect (``/`` when none was set), then
+    where a ``cd`` before it in the same instruction moved."""
+    environment: Mapping[str, str] = field(default_factory=dict)
+    """The variables set for it: its stage's ``ENV`` so far, then its own ``VAR=value``."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,20 @@ def _logical_lines(text: str) -> list[tuple[int, str, list[str]]]:
 
 def split_commands(script: str) -> list[tuple[str, ...]]:
     """The simple commands of a shell script, each as its words (a best-effort parse)."""
+    return [_assigned(words)[1] for words in _split(script)]
+
+
+def _assigned(words: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The ``VAR=value`` words that lead a command, and the command without them."""
+    index = 0
+    while index < len(words) and _ASSIGNMENT.match(words[index]):
+        index += 1
+    pairs = (word.partition("=") for word in words[:index])
+    return {key: value for key, _, value in pairs}, words[index:]
+
+
+def _split(script: str) -> list[tuple[str, ...]]:
+    """The simple commands of a script, the ``VAR=value`` words that lead them kept."""
     lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     lexer.commenters = ""
@@ -201,11 +219,14 @@ def split_commands(script: str) -> list[tuple[str, ...]]:
             skip_next = False
             continue
         if token in _OPERATORS or token == "\n":
+            assignments: list[str] = []
             words = current
             while words and (words[0] in _LEADING or _ASSIGNMENT.match(words[0])):
+                if _ASSIGNMENT.match(words[0]):
+                    assignments.append(words[0])
                 words = words[1:]
             if words:
-                commands.append(tuple(words))
+                commands.append((*assignments, *words))
             current = []
         elif _REDIRECTS.match(token):
             skip_next = True
@@ -214,16 +235,22 @@ def split_commands(script: str) -> list[tuple[str, ...]]:
     return commands
 
 
-def _following_cd(commands: list[tuple[str, ...]], line: int, workdir: str) -> list[ShellCommand]:
-    """The commands of one instruction, each with the folder a ``cd`` before it moved to.
+def _following_cd(
+    commands: list[tuple[str, ...]], line: int, workdir: str, environment: dict[str, str]
+) -> list[ShellCommand]:
+    """The commands of one instruction, each with its folder and variables.
 
     ``cd backend && uvicorn main:app`` runs uvicorn in ``<WORKDIR>/backend``. A ``cd`` to a
     folder that is not written out (``cd $HOME``, ``cd -``, ``cd`` alone) leaves the
-    folder unknown: the commands after it keep the last known one.
+    folder unknown: the commands after it keep the last known one. A command's variables are
+    the stage's ``ENV`` so far and its own leading ``VAR=value`` words.
     """
     found: list[ShellCommand] = []
-    for argv in commands:
-        found.append(ShellCommand(argv, line, workdir))
+    for words in commands:
+        inline, argv = _assigned(words)
+        if not argv:
+            continue
+        found.append(ShellCommand(argv, line, workdir, {**environment, **inline}))
         written = len(argv) == 2 and "$" not in argv[1] and not argv[1].startswith(("-", "~"))
         if argv[0] == "cd" and written:
             workdir = posixpath.normpath(posixpath.join(workdir, argv[1]))
@@ -246,10 +273,10 @@ def _commands_of(arguments: str) -> list[tuple[str, ...]]:
     """The simple commands an instruction's arguments run (exec or shell form)."""
     argv = _exec_form(arguments)
     if argv is None:
-        return split_commands(arguments)
+        return _split(arguments)
     if argv and argv[0] in _SHELLS and "-c" in argv:
         script = argv[argv.index("-c") + 1] if argv.index("-c") + 1 < len(argv) else ""
-        return split_commands(script)
+        return _split(script)
     return [tuple(argv)] if argv else []
 
 
@@ -286,15 +313,15 @@ def read_dockerfile(path: Path, context: Path | None = None) -> Dockerfile:
             script = _strip_run_flags(arguments)
             found = _commands_of(script)
             if script.startswith("<<") and bodies:  # RUN <<EOF: the body is the script
-                found = [c for body in bodies for c in split_commands(body)]
-            dockerfile.runs += _following_cd(found, line, workdir)
+                found = [c for body in bodies for c in _split(body)]
+            dockerfile.runs += _following_cd(found, line, workdir, stage.environment)
         elif keyword == "ENV":
             stage.environment.update(_assignments(arguments))
         elif keyword in ("CMD", "ENTRYPOINT"):
             setattr(stage, keyword.lower(), arguments)
             stage.line, stage.workdir = line, workdir
     final = stage if stage.line else last
-    dockerfile.start = _following_cd(final.argvs(), final.line, final.workdir)
+    dockerfile.start = _following_cd(final.argvs(), final.line, final.workdir, final.environment)
     dockerfile.environment = dict(final.environment)
     return dockerfile
 
@@ -327,7 +354,7 @@ class _Start:
             return _commands_of(self.cmd) if self.cmd else []
         entry = _exec_form(self.entrypoint)
         if entry is None:  # shell form: CMD is ignored
-            return split_commands(self.entrypoint)
+            return _split(self.entrypoint)
         cmd = _exec_form(self.cmd) if self.cmd else None
         found = _commands_of(json.dumps(entry + (cmd or [])))
         if cmd:  # an entrypoint wrapper script that runs its arguments
