@@ -5,7 +5,9 @@ Without one, an env is served the way its author runs it: the command of its Doc
 (``uvicorn module:app``, or ``python -m module`` / ``python path.py`` when that file runs
 uvicorn), a ``[project.scripts]`` entry that runs a server, OpenEnv's default
 ``server/app.py``, else a bounded scan of its Python files for a module-level FastAPI app.
-Every source is parsed, never imported or run.
+An app found through the Dockerfile is started where the image starts it: its ``WORKDIR``
+(or ``cd``, ``--app-dir``, ``ENV PYTHONPATH``) traced back through the ``COPY`` lines to a
+folder of the env, never outside it. Every source is parsed, never imported or run.
 """
 
 from __future__ import annotations
@@ -296,7 +298,7 @@ def _option(words: tuple[str, ...], name: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class _Start:
+class _Command:
     """Where one start command of a Dockerfile runs, in the image and in the env folder."""
 
     folder: Path
@@ -317,6 +319,7 @@ class _Start:
         return found
 
     def served(self, app: str, how: str, imported_from: Path | None = None) -> ServedApp:
+        """``app``, served from this command's folder (``imported_from`` when it differs)."""
         workdir = _relative(self.folder, self.root)
         app_dir = None if imported_from in (None, self.root) else imported_from
         where = [f"run from {workdir}/"] if workdir != "." else []
@@ -361,14 +364,14 @@ def _app_of_command(
     mapped = dockerfile.folder_of(".", command.workdir)
     roots = [mapped, folder] if mapped is not None and mapped != folder else [folder]
     for root in roots:
-        start = _Start(folder, dockerfile, command.workdir, root)
+        start = _Command(folder, dockerfile, command.workdir, root)
         found = _app_run_by(start, command.argv)
         if found is not None:
             return found
     return None
 
 
-def _app_run_by(start: _Start, argv: tuple[str, ...]) -> ServedApp | None:
+def _app_run_by(start: _Command, argv: tuple[str, ...]) -> ServedApp | None:
     """The app ``argv`` serves when run in ``start``'s folder."""
     name = start.dockerfile.name
     for index, word in enumerate(argv):
@@ -413,7 +416,7 @@ def _package_root(folder: Path, path: Path) -> Path:
     return top
 
 
-def _app_of_server(start: _Start, server: str, rest: tuple[str, ...]) -> ServedApp | None:
+def _app_of_server(start: _Command, server: str, rest: tuple[str, ...]) -> ServedApp | None:
     """The app of ``uvicorn``/``gunicorn ... module:attr``, with ``--app-dir``/``--chdir``."""
     chdir = _option(rest, "--chdir") if server == "gunicorn" else None
     if chdir is not None:
@@ -421,7 +424,7 @@ def _app_of_server(start: _Start, server: str, rest: tuple[str, ...]) -> ServedA
         if moved is None:
             return None
         image_dir = posixpath.normpath(posixpath.join(start.image_dir, chdir))
-        start = _Start(start.folder, start.dockerfile, image_dir, moved)
+        start = _Command(start.folder, start.dockerfile, image_dir, moved)
     app_dir = _option(rest, "--app-dir") if server == "uvicorn" else None
     imported_from = start.inside(app_dir) if app_dir is not None else start.root
     if imported_from is None:
@@ -432,7 +435,11 @@ def _app_of_server(start: _Start, server: str, rest: tuple[str, ...]) -> ServedA
 
 
 def _app_of_script(
-    start: _Start, path: Path | None, module: str | None, imported_from: Path, argv: tuple[str, ...]
+    start: _Command,
+    path: Path | None,
+    module: str | None,
+    imported_from: Path,
+    argv: tuple[str, ...],
 ) -> ServedApp | None:
     """The app a Python module or script passes to ``uvicorn.run``."""
     if path is None or module is None or not path.is_file():
