@@ -361,6 +361,14 @@ class EnvDriver:
         """
         return self.transport != "http" or self.dialect.state_path is not None
 
+    def in_transport(self, ws: str, http: str) -> str:
+        """The words of a remediation that fit how episodes run: ``http`` over HTTP, else ``ws``.
+
+        A remediation names the transport the env plays over: a server that speaks only HTTP
+        is not told about WebSocket sessions or frames.
+        """
+        return http if self.transport == "http" else ws
+
     # --- what the server declares --------------------------------------------------------
 
     @property

@@ -4,8 +4,10 @@ Read from the Dockerfile's ``RUN`` commands without building anything: ``pip ins
 FILE`` (and ``uv pip``), ``pip install .`` (the project's dependencies), packages named on the
 command line, and the commands that install from a lock file (``uv sync``, ``uv pip sync``,
 ``uv export``, ``poetry install``, ``pipenv sync``, ``pdm install``). A lock file that no
-command installs from pins nothing the build uses. Paths inside the image are traced back to
-the folder through the Dockerfile's ``COPY`` instructions.
+command installs from pins nothing the build uses. Constraints files the install uses
+(``-c FILE`` on the command line or in a requirement file, ``PIP_CONSTRAINT`` for pip,
+``UV_CONSTRAINT`` for ``uv pip``) pin what they name. Paths inside the image are traced back
+to the folder through the Dockerfile's ``COPY`` instructions.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import posixpath
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -96,11 +98,60 @@ class Requirement:
     """The requirement as written (options such as ``--hash`` removed)."""
     hashed: bool = False
     """It carries ``--hash=...``: pip installs exactly that file."""
+    constraint: Requirement | None = None
+    """The line of a constraints file the install uses that names the same distribution."""
 
     @property
     def where(self) -> str:
         """``file:line`` (just the file when the line is unknown)."""
         return f"{self.source}:{self.line}" if self.line else self.source
+
+    @property
+    def name(self) -> str:
+        """The distribution it names, normalized (``Foo_Bar`` is ``foo-bar``); empty for a path."""
+        text = self.text.strip("\"'")
+        if text.startswith((".", "/", "file:", "http:", "https:", *_VCS_PREFIXES)):
+            return ""
+        head = re.split(r"[\s\[<>=!~;@(]", text, maxsplit=1)[0]
+        return re.sub(r"[-_.]+", "-", head).lower()
+
+
+@dataclass
+class RequirementFile:
+    """What a pip requirements file (and the files it includes) says to install."""
+
+    requirements: list[Requirement] = field(default_factory=list)
+    """The requirements, in order."""
+    projects: list[Path] = field(default_factory=list)
+    """The project folders it installs (``.``, ``-e .``)."""
+    constraints: list[Requirement] = field(default_factory=list)
+    """The lines of the constraints files it names (``-c constraints.txt``)."""
+    constraint_files: list[str] = field(default_factory=list)
+    """Those files, relative to the env folder."""
+    problems: list[str] = field(default_factory=list)
+    """Files that could not be read."""
+
+    def add(self, other: RequirementFile) -> None:
+        """Add what an included file says."""
+        self.requirements += other.requirements
+        self.projects += other.projects
+        self.constraints += other.constraints
+        self.constraint_files += [
+            f for f in other.constraint_files if f not in self.constraint_files
+        ]
+        self.problems += other.problems
+
+
+def constrain(requirements: list[Requirement], constraints: list[Requirement]) -> list[Requirement]:
+    """``requirements``, each with the constraint that names its distribution (the first)."""
+    by_name: dict[str, Requirement] = {}
+    for constraint in constraints:
+        if constraint.name:
+            by_name.setdefault(constraint.name, constraint)
+    return [
+        replace(r, constraint=by_name[r.name]) if r.name in by_name and not r.constraint else r
+        for r in requirements
+    ]
 
 
 def vcs_revision(text: str) -> tuple[str, str | None] | None:
@@ -130,49 +181,67 @@ def _strip_options(line: str) -> tuple[str, bool]:
     return text, hashed
 
 
-def read_requirement_file(
-    folder: Path, path: Path, depth: int = 0
-) -> tuple[list[Requirement], list[Path], list[str]]:
-    """Requirements of a pip requirements file, following ``-r`` includes.
-
-    Returns:
-        The requirements, the project folders it installs (``.``, ``-e .``), and problems.
-    """
-    requirements: list[Requirement] = []
-    projects: list[Path] = []
-    problems: list[str] = []
+def read_requirement_file(folder: Path, path: Path, depth: int = 0) -> RequirementFile:
+    """What a pip requirements file installs, following ``-r`` includes and ``-c`` files."""
+    read = RequirementFile()
     name = _relative(folder, path)
     try:
         if path.stat().st_size > MAX_REQUIREMENTS_BYTES:
-            return [], [], [f"{name} is over {MAX_REQUIREMENTS_BYTES} bytes: not read"]
+            read.problems.append(f"{name} is over {MAX_REQUIREMENTS_BYTES} bytes: not read")
+            return read
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        return [], [], [f"cannot read {name}: {exc}"]
+        read.problems.append(f"cannot read {name}: {exc}")
+        return read
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):
             continue
         words = line.split()
-        if words[0] in ("-r", "--requirement") or line.startswith(("-r", "--requirement=")):
-            target = words[1] if len(words) > 1 else line.split("=", 1)[-1].removeprefix("-r")
-            include = (path.parent / target).resolve()
-            if depth < MAX_INCLUDE_DEPTH and include.is_file() and include.is_relative_to(folder):
-                more = read_requirement_file(folder, include, depth + 1)
-                requirements += more[0]
-                projects += more[1]
-                problems += more[2]
+        include = _included(line, words, ("-r", "--requirement"))
+        constraints = _included(line, words, ("-c", "--constraint"))
+        if include is not None or constraints is not None:
+            target = (path.parent / (include or constraints or "")).resolve()
+            if depth < MAX_INCLUDE_DEPTH and target.is_file() and target.is_relative_to(folder):
+                more = read_requirement_file(folder, target, depth + 1)
+                if constraints is not None:  # a constraints file's lines only constrain
+                    more = _as_constraints(folder, target, more)
+                read.add(more)
             continue
         if words[0] in ("-e", "--editable") and len(words) > 1:
             line = words[1]
         elif line.startswith("-"):
-            continue  # options such as --index-url or -c constraints.txt
+            continue  # options such as --index-url
         local = _local_project(path.parent, line)
         if local is not None:
-            projects.append(local)
+            read.projects.append(local)
             continue
         requirement, hashed = _strip_options(line)
-        requirements.append(Requirement(name, number, requirement, hashed))
-    return requirements, projects, problems
+        read.requirements.append(Requirement(name, number, requirement, hashed))
+    return read
+
+
+def _included(line: str, words: list[str], flags: tuple[str, str]) -> str | None:
+    """The file of a ``-r FILE`` (or ``-c FILE``) line: ``-r FILE``, ``-rFILE``, ``--x=FILE``."""
+    short, long = flags
+    if words[0] in flags:
+        return words[1] if len(words) > 1 else None
+    if line.startswith(long + "="):
+        return line.split("=", 1)[1].strip()
+    if line.startswith(short) and not line.startswith("--"):
+        return line.removeprefix(short).strip() or None
+    return None
+
+
+def _as_constraints(folder: Path, path: Path, read: RequirementFile) -> RequirementFile:
+    """A requirements file read as a constraints file: its requirements constrain."""
+    name = _relative(folder, path)
+    files = [name, *[f for f in read.constraint_files if f != name]]
+    return RequirementFile(
+        constraints=[*read.constraints, *read.requirements],
+        constraint_files=files,
+        problems=read.problems,
+    )
 
 
 def _local_project(base: Path, target: str) -> Path | None:
@@ -224,11 +293,21 @@ def declared_requirements(folder: Path) -> tuple[list[Requirement], list[str]]:
     for name in REQUIREMENT_FILES:
         path = folder / name
         if path.is_file():
-            requirements, _, trouble = read_requirement_file(folder, path)
-            found += requirements
-            problems += trouble
+            read = read_requirement_file(folder, path)
+            found += constrain(read.requirements, read.constraints)
+            problems += read.problems
     requirements, trouble = project_requirements(folder, folder)
     return found + requirements, problems + trouble
+
+
+def declared_constraint_files(folder: Path) -> list[str]:
+    """The constraints files the declared requirement files name (``-c FILE``)."""
+    files: list[str] = []
+    for name in REQUIREMENT_FILES:
+        if (folder / name).is_file():
+            read = read_requirement_file(folder, folder / name)
+            files += [f for f in read.constraint_files if f not in files]
+    return files
 
 
 @dataclass
@@ -249,6 +328,8 @@ class BuildInstalls:
     """Files they install that are not in the folder (generated during the build)."""
     problems: list[str] = field(default_factory=list)
     """Files that could not be read."""
+    constraint_files: list[str] = field(default_factory=list)
+    """Constraints files the install commands use, relative to the folder."""
 
 
 def build_installs(folder: Path) -> BuildInstalls | None:
@@ -278,6 +359,8 @@ class _Reader:
         self.dockerfile = dockerfile
         self.command = command
         self.build = build
+        self.constraints: list[Requirement] = []
+        """The constraints the command installs with: they apply to what it installs."""
 
     def read(self) -> None:
         argv = list(self.command.argv)
@@ -296,13 +379,20 @@ class _Reader:
             return
         words = [w for w in rest if not w.startswith("-")]
         verb = words[0] if words and tool != "pip-sync" else ("sync" if tool == "pip-sync" else "")
+        before = len(self.build.requirements)
         handled = self._dispatch(tool, verb, rest)
+        if self.constraints:
+            added = self.build.requirements[before:]
+            self.build.requirements[before:] = constrain(added, self.constraints)
         if handled:
             shown = " ".join(self.command.argv)[:200]
             self.build.commands.append(f"{self.dockerfile.name}:{self.command.line}: {shown}")
 
     def _dispatch(self, tool: str, verb: str, rest: list[str]) -> bool:
         if tool in ("pip", "uv pip") and verb == "install":
+            variable = "UV_CONSTRAINT" if tool == "uv pip" else "PIP_CONSTRAINT"
+            for word in self.command.environment.get(variable, "").split()[:8]:
+                self._constraint_file(word)
             self._pip_install(rest[rest.index("install") + 1 :])
             return True
         if (tool == "uv pip" and verb == "sync") or tool == "pip-sync":
@@ -331,9 +421,15 @@ class _Reader:
                 self._requirement_file(value)
                 index += 2
                 continue
+            if word in ("-c", "--constraint") and value:
+                self._constraint_file(value)
+                index += 2
+                continue
             if word.startswith("--requirement="):
                 self._requirement_file(word.split("=", 1)[1])
-            elif word in ("-c", "--constraint") or word in _VALUE_OPTIONS:
+            elif word.startswith("--constraint="):
+                self._constraint_file(word.split("=", 1)[1])
+            elif word in _VALUE_OPTIONS:
                 index += 2
                 continue
             elif word in ("-e", "--editable") and value:
@@ -373,11 +469,26 @@ class _Reader:
             return
         if lock or source.name in LOCK_FILES:
             self.build.locks.append(name)
-        requirements, projects, problems = read_requirement_file(self.folder, source)
-        self.build.requirements += requirements
-        self.build.problems += problems
-        for project in projects:
+        read = read_requirement_file(self.folder, source)
+        self.build.requirements += read.requirements
+        self._use_constraints(read)
+        for project in read.projects:
             self._project(project, None)
+
+    def _constraint_file(self, word: str) -> None:
+        """``-c FILE`` (or ``PIP_CONSTRAINT``): what the file names is pinned as it says."""
+        source = self.dockerfile.source_of(word.strip("\"'"), self.command.workdir)
+        if source is None or not source.is_file():
+            self.build.missing.append(word)
+            return
+        read = read_requirement_file(self.folder, source)
+        self._use_constraints(_as_constraints(self.folder, source, read))
+
+    def _use_constraints(self, read: RequirementFile) -> None:
+        self.constraints += read.constraints
+        files = self.build.constraint_files
+        files += [f for f in read.constraint_files if f not in files]
+        self.build.problems += read.problems
 
     def _project_dir(self, rest: list[str]) -> Path:
         """The project a ``uv sync``/``poetry install`` installs: ``--project``, else WORKDIR."""

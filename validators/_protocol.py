@@ -610,7 +610,12 @@ async def check_episode(subject: Subject) -> Finding:
         )
     if not trajectory.steps and not trajectory.first.done:
         return failed(
-            "step was not answered", "Answer step frames with observations.", evidence=evidence
+            "step was not answered",
+            driver.in_transport(
+                "Answer step frames with observations.",
+                f"Answer POST {driver.dialect.step_path} with an observation.",
+            ),
+            evidence=evidence,
         )
     slow = (
         f" (a reset takes {wire.slow_reset_s:g}s: requests were given "
@@ -800,8 +805,8 @@ async def probe_http_episode(subject: Subject) -> HttpEpisode:
             what[:500],
             measured,
             [evidence],
-            "Keep one env per episode across HTTP requests (or serve episodes over /ws): a "
-            "/step on a fresh, never-reset env fails or acts on a blank episode.",
+            f"Keep one env per episode across HTTP requests: a {dialect.step_path} on a fresh, "
+            "never-reset env fails or acts on a blank episode.",
         )
 
     async with driver.session("http", dialect) as first:
@@ -910,8 +915,9 @@ async def probe_http_episode(subject: Subject) -> HttpEpisode:
             f"(one global env serves every client): {'; '.join(changes[:3])}",
             measured,
             [evidence],
-            "Keep one env per client (a session id in the request, or /ws sessions): with one "
-            "module-level env, concurrent episodes trample each other.",
+            f"Keep one env per client (an episode id that {dialect.reset_path} returns and "
+            f"{dialect.step_path} names): with one module-level env, concurrent episodes "
+            "trample each other.",
         )
     return HttpEpisode(
         "isolated", "a second HTTP client's reset left the first client's episode alone", measured
@@ -1160,9 +1166,14 @@ async def check_malformed_input(subject: Subject) -> Finding:
         first = problems[0]
         return failed(
             f"{len(problems)} malformed input(s) mishandled; {first['probe']}: {first['problem']}",
-            "Validate every frame: answer bad input with an error frame (INVALID_JSON, "
-            "UNKNOWN_TYPE, VALIDATION_ERROR) or HTTP 4xx, keep the session usable, and never "
-            "let an exception escape the handler.",
+            subject.driver.in_transport(
+                "Validate every frame: answer bad input with an error frame (INVALID_JSON, "
+                "UNKNOWN_TYPE, VALIDATION_ERROR), keep the session usable, and never let an "
+                "exception escape the handler.",
+                "Validate every request body: answer bad input with HTTP 4xx (400 for bad "
+                "JSON, 422 for an invalid action), keep the episode in play, and never let an "
+                "exception escape the handler.",
+            ),
             measured=measured,
             evidence=outcomes,
         )

@@ -26,7 +26,7 @@ from taskhub import (
     TaskApiUnsupported,
     canonical_json,
 )
-from taskhub.env import TaskApiClient, discover_tools, is_tool_env
+from taskhub.env import HttpDialect, TaskApiClient, discover_tools, is_tool_env
 
 from ._check import Finding, check, failed, passed, skipped
 from ._driver import (
@@ -122,9 +122,14 @@ async def check_state_contract(subject: Subject) -> Finding:
         kwargs, noop_policy(subject), max_steps=2, snapshots=True
     )
     if trajectory.error is not None:
+        state_path = subject.driver.dialect.state_path or "/state"
         return failed(
             f"the episode failed: {trajectory.error}",
-            'Answer state frames with {"type": "state", "data": {episode_id, step_count}}.',
+            subject.driver.in_transport(
+                'Answer state frames with {"type": "state", "data": {episode_id, step_count}}.',
+                f"Answer GET {state_path} with the episode in play: "
+                '{"episode_id": ..., "step_count": ...}.',
+            ),
             evidence=[trajectory.describe()],
         )
     states = list(trajectory.states)
@@ -302,9 +307,12 @@ async def check_step_after_done(subject: Subject) -> Finding:
         )
     return failed(
         f"a step after done was accepted and {how} instead of an error",
-        "Refuse step() once the episode is over (raise: it becomes an EXECUTION_ERROR frame, "
-        "or answer HTTP 4xx): a client that keeps stepping must learn that the episode ended "
-        "and call reset().",
+        subject.driver.in_transport(
+            "Refuse step() once the episode is over (raise: it becomes an EXECUTION_ERROR frame)",
+            f"Refuse POST {subject.driver.dialect.step_path} once the episode is over (answer "
+            "HTTP 4xx)",
+        )
+        + ": a client that keeps stepping must learn that the episode ended and call reset().",
         evidence=evidence,
     )
 
@@ -548,7 +556,10 @@ async def check_episode_isolation(subject: Subject) -> Finding:
     except EnvError as exc:
         return failed(
             f"interleaved sessions broke: {exc}",
-            "Give every WebSocket session its own env instance (create_app's env factory).",
+            driver.in_transport(
+                "Give every WebSocket session its own env instance (create_app's env factory).",
+                _own_http_env(driver.dialect),
+            ),
             evidence=[inter_a.describe(), inter_b.describe()],
         )
     differ = [
@@ -564,8 +575,11 @@ async def check_episode_isolation(subject: Subject) -> Finding:
     if differ:
         return failed(
             f"interleaving two sessions changed session {' and '.join(differ)}'s trajectory",
-            "Keep all episode state per session (one Environment instance per session); "
-            "a module-level env is shared by every client.",
+            driver.in_transport(
+                "Keep all episode state per session (one Environment instance per WebSocket "
+                "session); a module-level env is shared by every client.",
+                _own_http_env(driver.dialect) + " A module-level env is shared by every client.",
+            ),
             measured=measured,
             evidence=[
                 {
@@ -577,6 +591,15 @@ async def check_episode_isolation(subject: Subject) -> Finding:
             ],
         )
     return passed("two interleaved sessions reproduced their solo trajectories", measured=measured)
+
+
+def _own_http_env(dialect: HttpDialect) -> str:
+    """How an HTTP-only server gives each client's episode its own env."""
+    state = f", {dialect.state_path}" if dialect.state_path else ""
+    return (
+        f"Give each HTTP client's episode its own env: have {dialect.reset_path} create one "
+        f"and return its id, and let {dialect.step_path}{state} act on the env that id names."
+    )
 
 
 # --- runtime.resource_bounds -------------------------------------------------------------------

@@ -14,6 +14,7 @@ from ._installs import (
     LOCK_FILES,
     Requirement,
     build_installs,
+    declared_constraint_files,
     declared_requirements,
     is_pinned_commit,
     vcs_revision,
@@ -147,7 +148,7 @@ def _missing_manifest(subject: Subject) -> Finding:
     """The finding of a folder that serves an app but has no openenv.yaml: what to write."""
     folder = subject.root
     served = subject.env.served_app
-    app, found_by = served if served is not None else ("server.app:app", None)
+    app, found_by = (served.app, served.how) if served is not None else ("server.app:app", None)
     name = re.sub(r"[^a-z0-9]+", "_", folder.name.lower()).strip("_") or "my_env"
     manifest = (
         f"spec_version: 1\nname: {name}\ntype: space\nruntime: fastapi\napp: {app}\n"
@@ -328,13 +329,17 @@ def _installed_requirements(
     build = build_installs(folder)
     if build is None:
         requirements, problems = declared_requirements(folder)
-        basis: JsonObject = {"basis": "declared files"}
+        basis: JsonObject = {
+            "basis": "declared files",
+            "constraint_files": declared_constraint_files(folder),
+        }
         return ([] if present else requirements), present, present, problems, basis
     basis = {
         "basis": "dockerfile",
         "dockerfiles": build.dockerfiles,
         "install_commands": build.commands[:10],
         "installed_files": build.installed_files,
+        "constraint_files": build.constraint_files,
         "not_in_folder": build.missing[:10],
     }
     return build.requirements, build.locks, present, list(build.problems), basis
@@ -354,10 +359,19 @@ async def check_dependency_pinning(subject: Subject) -> Finding:
     names: dict[str, str] = {}
     texts: dict[str, str] = {}
     unpinned_vcs: list[Requirement] = []
+    constrained: list[str] = []
     for requirement in judged:
         name, kind = classify_requirement(requirement.text)
         if requirement.hashed and kind in ("exact", "direct"):
             kind = "exact"
+        pinned = _constrained_kind(kind, requirement.constraint)
+        if pinned != kind and requirement.constraint is not None:
+            constraint = requirement.constraint
+            constrained.append(
+                f"{requirement.where}: {requirement.text} is pinned by {constraint.where}: "
+                f"{constraint.text}"
+            )
+            kind = pinned
         classes.setdefault(kind, []).append(f"{requirement.where}: {requirement.text}")
         if kind == "vcs_unpinned":
             unpinned_vcs.append(requirement)
@@ -370,6 +384,7 @@ async def check_dependency_pinning(subject: Subject) -> Finding:
         "locks_installed": locks,
         "requirements": len(judged),
         **{kind: len(items) for kind, items in sorted(classes.items())},
+        "pinned_by_constraints": len(constrained),
     }
     frameworks = sorted(n for n in names if n in OPENENV_DISTS)
     # what the build does not install still says what the env is: both names is a defect
@@ -424,11 +439,35 @@ async def check_dependency_pinning(subject: Subject) -> Finding:
         how = f"an exact {frameworks[0]} pin and versioned requirements"
     else:
         how = "versioned requirements"
+    if constrained:
+        files = ", ".join(str(f) for f in list(basis.get("constraint_files") or []))
+        how += f" ({len(constrained)} of them pinned by the constraints file {files})"
     return passed(
         f"dependencies are pinned by {how}",
         measured=measured,
-        evidence=classes.get("lower", [])[:10],
+        evidence=[*constrained[:10], *classes.get("lower", [])[:10]],
     )
+
+
+#: Pin classes from the loosest to the strictest, for a constraint that tightens one.
+_PIN_STRENGTH = ("invalid", "bare", "lower", "bounded", "exact")
+
+
+def _constrained_kind(kind: str, constraint: Requirement | None) -> str:
+    """The pin class of a requirement that a constraints-file line also names.
+
+    pip installs what satisfies both, so the stricter of the two decides
+    (``requests`` with the constraint ``requests==2.32.3`` is exact). A direct or VCS
+    requirement is judged by its URL alone.
+    """
+    if constraint is None or kind not in _PIN_STRENGTH:
+        return kind
+    limit = classify_requirement(constraint.text)[1]
+    if constraint.hashed and limit in ("exact", "direct"):
+        limit = "exact"
+    if limit not in _PIN_STRENGTH:
+        return kind
+    return max(kind, limit, key=_PIN_STRENGTH.index)
 
 
 def _lock_command(lock: str) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from taskhub import CheckResult, Task, Taskset
-from taskhub.env import StepResult
+from taskhub.env import ServedApp, StepResult
 from taskhub.models import action_properties, text_field
 
 from ._config import ValidationConfig
@@ -46,9 +46,10 @@ class EnvDescription:
     """Where the taskset came from."""
     tasks: list[Task] = field(default_factory=list)
     """The sampled rows (seed-only resets when there is no taskset)."""
-    served_app: tuple[str, str] | None = None
-    """For a folder without openenv.yaml: the app it is served with (``module:attr``) and
-    where that was found (its Dockerfile's command, a script, a scan of its sources)."""
+    served_app: ServedApp | None = None
+    """For a folder without openenv.yaml: the app it is served with (``module:attr``), the
+    folder it starts in, and where that was found (its Dockerfile's command, a script, a scan
+    of its sources)."""
 
     @property
     def declared_range(self) -> tuple[float, float] | None:

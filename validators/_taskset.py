@@ -240,8 +240,11 @@ async def check_unknown_values_refused(subject: Subject) -> Finding:
     if broke:
         return failed(
             f"reset with an unknown value broke the session: {broke[0]['error']}",
-            "Refuse unknown task values with an error frame (raise in reset()), keeping the "
-            "session and the server alive.",
+            subject.driver.in_transport(
+                "Refuse unknown task values with an error frame (raise in reset()), keeping "
+                "the session and the server alive.",
+                "Refuse unknown task values with HTTP 4xx (400 or 422), keeping the server alive.",
+            ),
             measured=measured,
             evidence=broke[:3],
         )

@@ -35,7 +35,7 @@ from taskhub import (
     builtin_tasksets,
     load_taskset,
 )
-from taskhub.env import LocalServer, find_app, resolve_env
+from taskhub.env import LocalServer, ServedApp, find_app, resolve_env
 
 from . import _checks  # noqa: F401  (registers the checks)
 from ._check import CheckSpec, Finding, failed, prerequisites, registered_checks, skipped
@@ -448,7 +448,7 @@ async def validate_async(
             target_kind="git" if git else "folder",
             error=ErrorInfo(type=type(exc).__name__, message=str(exc), boundary="validate"),
         )
-    served: tuple[str, str] | None = None
+    served: ServedApp | None = None
     if folder is not None and not (folder / "openenv.yaml").is_file():
         # not packaged for OpenEnv: validated all the same when it serves an app somewhere
         try:

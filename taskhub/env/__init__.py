@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taskhub.env._apps import find_app
+from taskhub.env._apps import ServedApp, find_app
 from taskhub.env._client import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_TIMEOUT_S,
@@ -60,6 +60,7 @@ __all__ = [
     "LocalServer",
     "OPENENV_HTTP",
     "PooledSession",
+    "ServedApp",
     "SessionPool",
     "ShellCommand",
     "StepResult",

@@ -5,7 +5,9 @@ Without one, an env is served the way its author runs it: the command of its Doc
 (``uvicorn module:app``, or ``python -m module`` / ``python path.py`` when that file runs
 uvicorn), a ``[project.scripts]`` entry that runs a server, OpenEnv's default
 ``server/app.py``, else a bounded scan of its Python files for a module-level FastAPI app.
-Every source is parsed, never imported or run.
+An app found through the Dockerfile is started where the image starts it: its ``WORKDIR``
+(or ``cd``, ``--app-dir``, ``ENV PYTHONPATH``) traced back through the ``COPY`` lines to a
+folder of the env, never outside it. Every source is parsed, never imported or run.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import yaml
 
 from taskhub._errors import EnvLaunchError
-from taskhub.env._dockerfile import Dockerfile, read_dockerfiles
+from taskhub.env._dockerfile import Dockerfile, ShellCommand, read_dockerfiles
 
 #: Where manifests seen in the wild name the ASGI app, besides ``app``.
 _APP_KEYS = (("server", "entry_point"), ("server", "app"), ("environment", "app"), ("entry_point",))
@@ -237,9 +239,25 @@ def served_by(folder: Path, path: Path, module: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class _Found:
+class ServedApp:
+    """The ASGI app an env folder serves, and where its server starts, as its author runs it."""
+
     app: str
-    how: str
+    """``module:attr``, as uvicorn takes it, imported from ``app_dir`` (else ``workdir``)."""
+    how: str = ""
+    """How it was found; empty when openenv.yaml's ``app:`` names it."""
+    workdir: str = "."
+    """The folder of the env the server starts in (relative, POSIX): the Dockerfile's
+    ``WORKDIR`` or ``cd``, traced back through its ``COPY`` instructions."""
+    app_dir: str | None = None
+    """The folder of the env the app's module is imported from, when it is not ``workdir``
+    (uvicorn's ``--app-dir``, the folder of a script run as ``python path.py``)."""
+    pythonpath: tuple[str, ...] = ()
+    """Folders of the env the Dockerfile puts on ``PYTHONPATH`` (``ENV PYTHONPATH=...``)."""
+
+
+def _relative(folder: Path, path: Path) -> str:
+    return path.resolve().relative_to(folder.resolve()).as_posix()
 
 
 def _app_argument(folder: Path, words: tuple[str, ...]) -> str | None:
@@ -269,60 +287,182 @@ def _python_target(words: tuple[str, ...]) -> tuple[str, str] | None:
     return None
 
 
+def _option(words: tuple[str, ...], name: str) -> str | None:
+    """The value of ``--name value`` or ``--name=value`` among ``words``."""
+    for index, word in enumerate(words):
+        if word == name and index + 1 < len(words):
+            return words[index + 1]
+        if word.startswith(name + "="):
+            return word.partition("=")[2]
+    return None
+
+
+@dataclass(frozen=True)
+class _Command:
+    """Where one start command of a Dockerfile runs, in the image and in the env folder."""
+
+    folder: Path
+    """The env folder (resolved)."""
+    dockerfile: Dockerfile
+    image_dir: str
+    """The command's folder in the image (``WORKDIR``, then ``cd``)."""
+    root: Path
+    """That folder traced back to the env folder (the env folder when no COPY explains it)."""
+
+    def inside(self, path: str) -> Path | None:
+        """The env's folder that ``path`` (relative to the command's folder) names."""
+        found = self.dockerfile.folder_of(path, self.image_dir)
+        if found is None:
+            candidate = (self.root / path).resolve()
+            inside = candidate.is_relative_to(self.folder) and candidate.is_dir()
+            found = candidate if inside else None
+        return found
+
+    def served(self, app: str, how: str, imported_from: Path | None = None) -> ServedApp:
+        """``app``, served from this command's folder (``imported_from`` when it differs)."""
+        workdir = _relative(self.folder, self.root)
+        app_dir = None if imported_from in (None, self.root) else imported_from
+        where = [f"run from {workdir}/"] if workdir != "." else []
+        if app_dir is not None:
+            where.append(f"imported from {_relative(self.folder, app_dir)}/")
+        pythonpath = _pythonpath(self.dockerfile)
+        if pythonpath:
+            where.append(f"PYTHONPATH {':'.join(f'{p}/' for p in pythonpath)}")
+        return ServedApp(
+            app,
+            how + (f" ({', '.join(where)}, as in its image)" if where else ""),
+            workdir=workdir,
+            app_dir=_relative(self.folder, app_dir) if app_dir is not None else None,
+            pythonpath=pythonpath,
+        )
+
+
+def _pythonpath(dockerfile: Dockerfile) -> tuple[str, ...]:
+    """The env folders the Dockerfile's ``ENV PYTHONPATH`` names (others left out)."""
+    folder = dockerfile.context.resolve()
+    found: list[str] = []
+    for entry in dockerfile.environment.get("PYTHONPATH", "").split(":")[:16]:
+        if not entry.startswith("/") or "$" in entry:
+            continue
+        source = dockerfile.folder_of(entry)
+        relative = _relative(folder, source) if source is not None else None
+        if relative is not None and relative not in found:
+            found.append(relative)
+    return tuple(found)
+
+
 def _app_of_command(
-    folder: Path, dockerfile: Dockerfile, argv: tuple[str, ...], workdir: str
-) -> _Found | None:
-    """The app one start command of a Dockerfile serves."""
-    name = dockerfile.name
+    folder: Path, dockerfile: Dockerfile, command: ShellCommand
+) -> ServedApp | None:
+    """The app one start command of a Dockerfile serves, and the folder it runs from.
+
+    The command's folder in the image is traced back to the env's folder it was copied
+    from; a module that is not found there is looked for from the env's root, as before
+    the folder was traced.
+    """
+    folder = folder.resolve()
+    mapped = dockerfile.folder_of(".", command.workdir)
+    roots = [mapped, folder] if mapped is not None and mapped != folder else [folder]
+    for root in roots:
+        start = _Command(folder, dockerfile, command.workdir, root)
+        found = _app_run_by(start, command.argv)
+        if found is not None:
+            return found
+    return None
+
+
+def _app_run_by(start: _Command, argv: tuple[str, ...]) -> ServedApp | None:
+    """The app ``argv`` serves when run in ``start``'s folder."""
+    name = start.dockerfile.name
     for index, word in enumerate(argv):
         base = posixpath.basename(word)
         rest = argv[index + 1 :]
-        if base in _SERVERS:
-            app = _app_argument(folder, rest)
-            return _Found(app, f"the app the {name}'s {base} command serves") if app else None
-        if base == "fastapi" and rest[:1] in (("run",), ("dev",)):
-            paths = [w for w in rest[1:] if not w.startswith("-")]
-            source = dockerfile.source_of(paths[0] if paths else "main.py", workdir)
-            module = _module_name(folder, source) if source else None
-            tree = _parse(source) if source and module else None
-            apps = module_apps(tree) if tree else []
-            if module and apps:
-                return _Found(f"{module}:{apps[0]}", f"the app the {name}'s fastapi command serves")
-            return None
         if _PYTHON.fullmatch(base):
             target = _python_target(rest)
             if target is None:
                 return None
             kind, value = target
-            if kind == "module":
-                if value in _SERVERS:
-                    app = _app_argument(folder, rest[rest.index("-m") + 2 :])
-                    how = f"the app the {name}'s {value} command serves"
-                    return _Found(app, how) if app else None
-                path, module = _module_path(folder, value), value
+            if kind == "module" and value in _SERVERS:
+                base, rest = value, rest[rest.index("-m") + 2 :]
+            elif kind == "module":
+                path = _module_path(start.root, value)
+                return _app_of_script(start, path, value, start.root, argv[index:])
             else:
-                path = dockerfile.source_of(value, workdir)
-                module = _module_name(folder, path) if path is not None else None
-            if path is None or module is None or not path.is_file():
+                script = start.dockerfile.source_of(value, start.image_dir)
+                parent = script.parent if script is not None else start.root
+                module = _module_name(parent, script) if script is not None else None
+                return _app_of_script(start, script, module, parent, argv[index:])
+        if base in _SERVERS:
+            return _app_of_server(start, base, rest)
+        if base == "fastapi" and rest[:1] in (("run",), ("dev",)):
+            paths = [w for w in rest[1:] if not w.startswith("-")]
+            source = start.dockerfile.source_of(paths[0] if paths else "main.py", start.image_dir)
+            top = _package_root(start.folder, source) if source else None
+            module = _module_name(top, source) if source and top else None
+            tree = _parse(source) if source and module else None
+            apps = module_apps(tree) if tree else []
+            if top is None or module is None or not apps:
                 return None
-            app = served_by(folder, path, module)
-            command = " ".join(argv[index:][:4])
-            how = f"the app {module} passes to uvicorn.run, started by the {name}'s command"
-            how += f" ({command})"
-            return _Found(app, how) if app else None
+            how = f"the app the {name}'s fastapi command serves"
+            return start.served(f"{module}:{apps[0]}", how, top)
     return None
 
 
-def _from_dockerfiles(folder: Path) -> _Found | None:
+def _package_root(folder: Path, path: Path) -> Path:
+    """The folder ``fastapi run path.py`` imports from: above the packages that hold it."""
+    top = path.resolve().parent
+    while top != folder and (top / "__init__.py").is_file() and top.parent.is_relative_to(folder):
+        top = top.parent
+    return top
+
+
+def _app_of_server(start: _Command, server: str, rest: tuple[str, ...]) -> ServedApp | None:
+    """The app of ``uvicorn``/``gunicorn ... module:attr``, with ``--app-dir``/``--chdir``."""
+    chdir = _option(rest, "--chdir") if server == "gunicorn" else None
+    if chdir is not None:
+        moved = start.inside(chdir)
+        if moved is None:
+            return None
+        image_dir = posixpath.normpath(posixpath.join(start.image_dir, chdir))
+        start = _Command(start.folder, start.dockerfile, image_dir, moved)
+    app_dir = _option(rest, "--app-dir") if server == "uvicorn" else None
+    imported_from = start.inside(app_dir) if app_dir is not None else start.root
+    if imported_from is None:
+        return None
+    app = _app_argument(imported_from, rest)
+    how = f"the app the {start.dockerfile.name}'s {server} command serves"
+    return start.served(app, how, imported_from) if app else None
+
+
+def _app_of_script(
+    start: _Command,
+    path: Path | None,
+    module: str | None,
+    imported_from: Path,
+    argv: tuple[str, ...],
+) -> ServedApp | None:
+    """The app a Python module or script passes to ``uvicorn.run``."""
+    if path is None or module is None or not path.is_file():
+        return None
+    app = served_by(imported_from, path, module)
+    if app is None and imported_from != start.root:  # uvicorn.run("pkg.main:app") from WORKDIR
+        module = _module_name(start.root, path) or module
+        imported_from, app = start.root, served_by(start.root, path, module)
+    how = f"the app {module} passes to uvicorn.run, started by the {start.dockerfile.name}'s "
+    how += f"command ({' '.join(argv[:4])})"
+    return start.served(app, how, imported_from) if app else None
+
+
+def _from_dockerfiles(folder: Path) -> ServedApp | None:
     for dockerfile in read_dockerfiles(folder):
         for command in dockerfile.start:
-            found = _app_of_command(folder, dockerfile, command.argv, command.workdir)
+            found = _app_of_command(folder, dockerfile, command)
             if found is not None:
                 return found
     return None
 
 
-def _from_scripts(folder: Path) -> _Found | None:
+def _from_scripts(folder: Path) -> ServedApp | None:
     """A ``[project.scripts]`` (or Poetry) entry whose module runs uvicorn."""
     path = folder / "pyproject.toml"
     if not path.is_file():
@@ -340,7 +480,7 @@ def _from_scripts(folder: Path) -> _Found | None:
         source = _module_path(folder, module)
         app = served_by(folder, source, module) if source is not None else None
         if app is not None:
-            return _Found(app, f"the app pyproject.toml's script {script!r} serves")
+            return ServedApp(app, f"the app pyproject.toml's script {script!r} serves")
     return None
 
 
@@ -384,7 +524,7 @@ def _mentions(folder: Path) -> str:
     return "\n".join(texts)
 
 
-def _from_scan(folder: Path) -> _Found | None:
+def _from_scan(folder: Path) -> ServedApp | None:
     """A module-level FastAPI app: the one a Dockerfile or README names, else the shallowest."""
     found: list[tuple[str, str, str]] = []  # (module, attribute, relative path)
     for path in _python_files(folder):
@@ -418,19 +558,19 @@ def _from_scan(folder: Path) -> _Found | None:
     module, attribute, relative = best
     named = "" if rank(best)[0] else " (the one the README or Dockerfile names)"
     others = f", of {len(found)} found" if len(found) > 1 else ""
-    return _Found(
+    return ServedApp(
         f"{module}:{attribute}",
         f"the module-level app {attribute} of {relative}{named}{others}",
     )
 
 
-def _served(folder: Path, *, default: bool) -> _Found | None:
+def _served(folder: Path, *, default: bool) -> ServedApp | None:
     """Where a folder without a usable manifest serves its app, in the documented order."""
     found = _from_dockerfiles(folder) or _from_scripts(folder)
     if found is None and default:
         tree = _parse(folder / "server" / "app.py")
         if tree is not None and "app" in _bound_names(tree) | _imports(tree):
-            found = _Found("server.app:app", "OpenEnv's default app (server/app.py)")
+            found = ServedApp("server.app:app", "OpenEnv's default app (server/app.py)")
     return found or _from_scan(folder)
 
 
@@ -443,18 +583,20 @@ def _imports(tree: ast.Module) -> set[str]:
     }
 
 
-def find_app(folder: Path) -> tuple[str, str]:
-    """The ASGI app to serve ``folder`` with, and how it was found when not from ``app:``.
+def find_app(folder: Path) -> ServedApp:
+    """The ASGI app to serve ``folder`` with, where to start it, and how that was found.
 
     ``openenv.yaml``'s ``app: module:attr`` is used as written. Failing that, the forms seen in
     submissions are read as their authors meant them (``static.manifest`` still reports them):
     a path (``app: server/app.py``), ``server.entry_point``, OpenEnv's default
     ``server.app:app`` when the manifest names none or does not parse, then where the author
     runs the server (the module docstring gives the order). A folder without a manifest is
-    served the same way.
+    served the same way. An app found through the Dockerfile starts in the folder its
+    ``WORKDIR`` (or ``cd``) copies, so is the ``app:`` of a manifest whose module is only
+    found there (``WORKDIR /app/backend`` with ``app: main:app``).
 
     Returns:
-        ``(module:attr, how)``; ``how`` is empty when the manifest's ``app:`` names it.
+        The app; its ``how`` is empty when the manifest's ``app:`` names it as it is served.
 
     Raises:
         EnvLaunchError: No app can be found (the message says what was looked for).
@@ -463,7 +605,7 @@ def find_app(folder: Path) -> tuple[str, str]:
     if not manifest_path.is_file():
         found = _served(folder, default=True)
         if found is not None:
-            return found.app, found.how
+            return found
         raise EnvLaunchError(
             f"{folder} has no openenv.yaml and no server to run: looked for {LOOKED_FOR}. "
             "Add an openenv.yaml that names the app (app: module:attr)."
@@ -475,22 +617,27 @@ def find_app(folder: Path) -> tuple[str, str]:
         manifest, broken = {}, str(exc)
     app = manifest.get("app")
     if isinstance(app, str) and ":" in app:
-        return app, ""
+        if not _module_file(folder, app):
+            docker = _from_dockerfiles(folder)
+            if docker is not None and docker.app == app and docker.workdir != ".":
+                return docker
+        return ServedApp(app)
     if isinstance(app, str) and app.endswith(".py"):  # a path: server/app.py
         module = app.removesuffix(".py").strip("./").replace("/", ".")
         if module and _module_file(folder, f"{module}:app"):
-            return f"{module}:app", f"openenv.yaml's app {app!r} is a path, read as {module}:app"
+            how = f"openenv.yaml's app {app!r} is a path, read as {module}:app"
+            return ServedApp(f"{module}:app", how)
     for keys in _APP_KEYS:
         value: Any = manifest
         for key in keys:
             value = value.get(key) if isinstance(value, dict) else None
         if isinstance(value, str) and ":" in value and _module_file(folder, value):
-            return value, f"the app named by openenv.yaml's {'.'.join(keys)}"
+            return ServedApp(value, f"the app named by openenv.yaml's {'.'.join(keys)}")
     if app is None and _module_file(folder, "server.app:app"):
-        return "server.app:app", (f"OpenEnv's default app ({broken})" if broken else "")
+        return ServedApp("server.app:app", f"OpenEnv's default app ({broken})" if broken else "")
     found = _served(folder, default=False)
     if found is not None:
-        return found.app, found.how
+        return found
     if broken:
         raise EnvLaunchError(broken)
     raise EnvLaunchError(

@@ -1,9 +1,10 @@
 """Read an env's Dockerfile without building it: what it runs, and where its files come from.
 
 A pure, bounded parse. Continuation lines are joined and heredoc bodies set apart, ``WORKDIR``
-is followed, ``COPY``/``ADD`` are recorded so that a path inside the image can be traced back
-to the build context, and every ``RUN``, ``CMD`` and ``ENTRYPOINT`` is split into simple
-commands (``sh -c "cd /app && uvicorn app:app"`` is two of them).
+(and a ``cd`` inside a command) is followed, ``COPY``/``ADD`` are recorded so that a path
+inside the image can be traced back to the build context, the final stage's ``ENV`` is kept,
+and every ``RUN``, ``CMD`` and ``ENTRYPOINT`` is split into simple commands
+(``sh -c "cd /app && uvicorn app:app"`` is two of them, the second run in ``/app``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
@@ -31,6 +33,7 @@ _LEADING = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!",
 _LEADING |= frozenset({"exec", "time", "sudo", "nohup", "env", "command"})
 _ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_]\w*)\1")
+_NAME = re.compile(r"[A-Za-z_]\w*")
 _SHELLS = frozenset({"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env"})
 
 
@@ -43,7 +46,10 @@ class ShellCommand:
     line: int
     """Line of the instruction in the Dockerfile (1-based)."""
     workdir: str
-    """The ``WORKDIR`` in effect (``/`` when none was set)."""
+    """The folder it runs in: the ``WORKDIR`` in effect (``/`` when none was set), then
+    where a ``cd`` before it in the same instruction moved."""
+    environment: Mapping[str, str] = field(default_factory=dict)
+    """The variables set for it: its stage's ``ENV`` so far, then its own ``VAR=value``."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class Dockerfile:
     """Every simple command of every ``RUN``, all stages, in order."""
     start: list[ShellCommand] = field(default_factory=list)
     """The simple commands the image starts with (the final stage's ENTRYPOINT and CMD)."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """The variables the final stage's ``ENV`` instructions set, as written (not expanded)."""
     copies: list[_Copy] = field(default_factory=list, repr=False)
 
     @property
@@ -74,12 +82,12 @@ class Dockerfile:
         except ValueError:
             return self.path.name
 
-    def source_of(self, path: str, workdir: str = "/") -> Path | None:
+    def source_of(self, path: str, workdir: str = "/", *, guess: bool = True) -> Path | None:
         """The file or folder of the build context that ``path`` in the image came from.
 
         ``COPY`` instructions are read from the last to the first; a path no ``COPY`` explains
-        is looked up by its longest tail that exists in the context (``/app/env/x.txt`` is
-        ``x.txt``). None when nothing in the context matches.
+        is looked up, with ``guess``, by its longest tail that exists in the context
+        (``/app/env/x.txt`` is ``x.txt``). None when nothing in the context matches.
         """
         target = posixpath.normpath(posixpath.join(workdir, path))
         context = self.context.resolve()
@@ -88,12 +96,24 @@ class Dockerfile:
                 found = self._copied(context, source, copy, target)
                 if found is not None:
                     return found
+        if not guess:
+            return None
         parts = [p for p in target.split("/") if p]
         for start in range(len(parts)):
             candidate = _inside(context, "/".join(parts[start:]))
             if candidate is not None and candidate.exists():
                 return candidate
         return None
+
+    def folder_of(self, path: str, workdir: str = "/") -> Path | None:
+        """The folder of the build context that folder ``path`` of the image holds.
+
+        Only what a ``COPY`` explains counts (a folder is not guessed from its name): the
+        ``WORKDIR /app/backend`` of an image built with ``COPY . /app`` is ``backend``. None
+        when no ``COPY`` put a context folder there.
+        """
+        found = self.source_of(path, workdir, guess=False)
+        return found if found is not None and found.is_dir() else None
 
     @staticmethod
     def _copied(context: Path, source: str, copy: _Copy, target: str) -> Path | None:
@@ -170,6 +190,20 @@ def _logical_lines(text: str) -> list[tuple[int, str, list[str]]]:
 
 def split_commands(script: str) -> list[tuple[str, ...]]:
     """The simple commands of a shell script, each as its words (a best-effort parse)."""
+    return [_assigned(words)[1] for words in _split(script)]
+
+
+def _assigned(words: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The ``VAR=value`` words that lead a command, and the command without them."""
+    index = 0
+    while index < len(words) and _ASSIGNMENT.match(words[index]):
+        index += 1
+    pairs = (word.partition("=") for word in words[:index])
+    return {key: value for key, _, value in pairs}, words[index:]
+
+
+def _split(script: str) -> list[tuple[str, ...]]:
+    """The simple commands of a script, the ``VAR=value`` words that lead them kept."""
     lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     lexer.commenters = ""
@@ -185,17 +219,42 @@ def split_commands(script: str) -> list[tuple[str, ...]]:
             skip_next = False
             continue
         if token in _OPERATORS or token == "\n":
+            assignments: list[str] = []
             words = current
             while words and (words[0] in _LEADING or _ASSIGNMENT.match(words[0])):
+                if _ASSIGNMENT.match(words[0]):
+                    assignments.append(words[0])
                 words = words[1:]
             if words:
-                commands.append(tuple(words))
+                commands.append((*assignments, *words))
             current = []
         elif _REDIRECTS.match(token):
             skip_next = True
         else:
             current.append(token)
     return commands
+
+
+def _following_cd(
+    commands: list[tuple[str, ...]], line: int, workdir: str, environment: dict[str, str]
+) -> list[ShellCommand]:
+    """The commands of one instruction, each with its folder and variables.
+
+    ``cd backend && uvicorn main:app`` runs uvicorn in ``<WORKDIR>/backend``. A ``cd`` to a
+    folder that is not written out (``cd $HOME``, ``cd -``, ``cd`` alone) leaves the
+    folder unknown: the commands after it keep the last known one. A command's variables are
+    the stage's ``ENV`` so far and its own leading ``VAR=value`` words.
+    """
+    found: list[ShellCommand] = []
+    for words in commands:
+        inline, argv = _assigned(words)
+        if not argv:
+            continue
+        found.append(ShellCommand(argv, line, workdir, {**environment, **inline}))
+        written = len(argv) == 2 and "$" not in argv[1] and not argv[1].startswith(("-", "~"))
+        if argv[0] == "cd" and written:
+            workdir = posixpath.normpath(posixpath.join(workdir, argv[1]))
+    return found
 
 
 def _exec_form(arguments: str) -> list[str] | None:
@@ -214,10 +273,10 @@ def _commands_of(arguments: str) -> list[tuple[str, ...]]:
     """The simple commands an instruction's arguments run (exec or shell form)."""
     argv = _exec_form(arguments)
     if argv is None:
-        return split_commands(arguments)
+        return _split(arguments)
     if argv and argv[0] in _SHELLS and "-c" in argv:
         script = argv[argv.index("-c") + 1] if argv.index("-c") + 1 < len(argv) else ""
-        return split_commands(script)
+        return _split(script)
     return [tuple(argv)] if argv else []
 
 
@@ -254,14 +313,29 @@ def read_dockerfile(path: Path, context: Path | None = None) -> Dockerfile:
             script = _strip_run_flags(arguments)
             found = _commands_of(script)
             if script.startswith("<<") and bodies:  # RUN <<EOF: the body is the script
-                found = [c for body in bodies for c in split_commands(body)]
-            dockerfile.runs += [ShellCommand(argv, line, workdir) for argv in found]
+                found = [c for body in bodies for c in _split(body)]
+            dockerfile.runs += _following_cd(found, line, workdir, stage.environment)
+        elif keyword == "ENV":
+            stage.environment.update(_assignments(arguments))
         elif keyword in ("CMD", "ENTRYPOINT"):
             setattr(stage, keyword.lower(), arguments)
             stage.line, stage.workdir = line, workdir
     final = stage if stage.line else last
-    dockerfile.start = [ShellCommand(argv, final.line, final.workdir) for argv in final.argvs()]
+    dockerfile.start = _following_cd(final.argvs(), final.line, final.workdir, final.environment)
+    dockerfile.environment = dict(final.environment)
     return dockerfile
+
+
+def _assignments(arguments: str) -> dict[str, str]:
+    """The variables of an ``ENV`` instruction: ``K=V K2=V2``, or the old ``K V`` form."""
+    try:
+        words = shlex.split(arguments)
+    except ValueError:
+        words = arguments.split()
+    if words and "=" not in words[0]:  # ENV KEY value with spaces
+        return {words[0]: " ".join(words[1:])} if _NAME.fullmatch(words[0]) else {}
+    pairs = (word.partition("=") for word in words)
+    return {key: value for key, _, value in pairs if _NAME.fullmatch(key)}
 
 
 @dataclass
@@ -272,6 +346,7 @@ class _Start:
     cmd: str | None = None
     line: int = 0
     workdir: str = "/"
+    environment: dict[str, str] = field(default_factory=dict)
 
     def argvs(self) -> list[tuple[str, ...]]:
         """The commands the stage starts: ENTRYPOINT + CMD in exec form, else the one given."""
@@ -279,7 +354,7 @@ class _Start:
             return _commands_of(self.cmd) if self.cmd else []
         entry = _exec_form(self.entrypoint)
         if entry is None:  # shell form: CMD is ignored
-            return split_commands(self.entrypoint)
+            return _split(self.entrypoint)
         cmd = _exec_form(self.cmd) if self.cmd else None
         found = _commands_of(json.dumps(entry + (cmd or [])))
         if cmd:  # an entrypoint wrapper script that runs its arguments

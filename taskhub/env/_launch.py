@@ -1,9 +1,10 @@
 """Resolve an ENV string to running servers: URL, Hub Space, env folder, or built-in env.
 
 Local envs (a folder in OpenEnv layout, or a built-in one) are launched the way OpenEnv runs
-them outside Docker, ``python -m uvicorn server.app:app`` from the folder, on free loopback
-ports, and stopped when the ``EnvHandle`` closes, including on Ctrl-C. On Linux the servers are
-also told to die with their parent, so a killed runner leaves no orphan behind.
+them outside Docker, ``python -m uvicorn server.app:app`` from the folder (from the subfolder
+its Dockerfile's ``WORKDIR`` copies, when the app is found there), on free loopback ports,
+and stopped when the ``EnvHandle`` closes, including on Ctrl-C. On Linux the servers are also
+told to die with their parent, so a killed runner leaves no orphan behind.
 """
 
 from __future__ import annotations
@@ -223,8 +224,10 @@ def launch_server(
     Raises:
         EnvLaunchError: No app to serve can be found.
     """
-    app, how = find_app(folder)
-    packaged = as_package(folder, app)
+    served = find_app(folder)
+    app, how = served.app, served.how
+    cwd = folder / served.workdir
+    packaged = as_package(folder, app) if served.workdir == "." and not served.app_dir else None
     if packaged is not None:
         note = f"served as {packaged} from the folder's parent: its modules import the package"
         app, how = packaged, "; ".join(filter(None, [how, note]))
@@ -238,6 +241,11 @@ def launch_server(
     if max_sessions is not None:
         variables["MAX_CONCURRENT_ENVS"] = str(max_sessions)
     variables.setdefault("PYTHONUNBUFFERED", "1")
+    if served.pythonpath:  # the Dockerfile's ENV PYTHONPATH, as folders of this env
+        paths = [str(folder / p) for p in served.pythonpath]
+        variables["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [*paths, variables.get("PYTHONPATH")])
+        )
     argv = [
         python or sys.executable,
         "-m",
@@ -254,12 +262,14 @@ def launch_server(
     ]
     if packaged is not None:
         argv += ["--app-dir", str(folder.parent)]  # the folder's parent holds the package
+    elif served.app_dir is not None:
+        argv += ["--app-dir", str(folder / served.app_dir)]
     if how:
         log_path.write_text(f"taskhub: serving {app}: {how}\n", encoding="utf-8")
     with log_path.open("ab") as log:
         process = subprocess.Popen(
             argv,
-            cwd=folder,
+            cwd=cwd,
             env=variables,
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -219,3 +219,36 @@ def test_an_env_without_openenv_yaml_is_validated_where_its_dockerfile_serves_it
     for folded in ("static.resource_declaration", "static.timeout_ceiling"):
         assert checks[folded].status == "skip"
         assert checks[folded].measured["blocked_by"] == "static.manifest"
+
+
+#: Checks whose subject is /ws itself: their remediations name it on any env.
+ABOUT_WS = {"protocol.websocket", "protocol.wire_format"}
+
+
+def test_remediations_name_the_transport_the_env_plays_over(corpus_batch: dict[str, Any]) -> None:
+    hand = {c.id: c for c in corpus_batch["reports"]["handrolled_global"].checks}
+    isolation = hand["runtime.episode_isolation"]
+    assert isolation.status == "fail" and isolation.measured["transport"] == "http"
+    assert isolation.remediation is not None
+    assert isolation.remediation.startswith(
+        "Give each HTTP client's episode its own env: have /reset create one and return its "
+        "id, and let /step"
+    )
+    assert "Refuse POST /step once the episode is over (answer HTTP 4xx)" in str(
+        hand["runtime.step_after_done"].remediation
+    )
+    ws_isolation = {c.id: c for c in corpus_batch["reports"]["shared_state"].checks}
+    assert "WebSocket session" in str(ws_isolation["runtime.episode_isolation"].remediation)
+    # on every env that plays over HTTP, no failed check speaks of WebSocket sessions or frames
+    over_http = 0
+    for name in EXPECTED:
+        checks = {c.id: c for c in corpus_batch["reports"][name].checks}
+        if checks["protocol.episode"].measured.get("transport") != "http":
+            continue
+        over_http += 1
+        for check in checks.values():
+            if check.status != "fail" or check.id in ABOUT_WS or check.id.startswith("static."):
+                continue
+            words = str(check.remediation)
+            assert not any(w in words for w in ("WebSocket", "/ws", "frame")), (name, check.id)
+    assert over_http >= 5

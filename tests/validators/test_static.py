@@ -236,6 +236,76 @@ def test_dependency_pinning_judges_what_the_dockerfile_installs(tmp_path: Path) 
     assert finding.status == "pass" and finding.measured["basis"] == "declared files"
 
 
+@pytest.mark.parametrize(
+    ("dockerfile", "status"),
+    [
+        ("RUN pip install -c constraints.txt -r requirements.txt\n", "pass"),
+        ("RUN pip install --constraint=/app/constraints.txt -r requirements.txt\n", "pass"),
+        ("ENV PIP_CONSTRAINT=/app/constraints.txt\nRUN pip install -r requirements.txt\n", "pass"),
+        ("RUN UV_CONSTRAINT=constraints.txt uv pip install --system -r requirements.txt\n", "pass"),
+        ("RUN cd /app && uv pip install -c constraints.txt -r requirements.txt\n", "pass"),
+        # constraints the install does not use pin nothing; uv pip reads no PIP_CONSTRAINT
+        ("RUN pip install -r requirements.txt\n", "fail"),
+        ("RUN PIP_CONSTRAINT=constraints.txt uv pip install -r requirements.txt\n", "fail"),
+        (
+            "RUN pip install -c constraints.txt fastapi\nRUN pip install -r requirements.txt\n",
+            "fail",
+        ),
+    ],
+    ids=["-c", "--constraint=", "ENV", "uv-inline", "uv-c", "unused", "uv-pip-env", "other-run"],
+)
+def test_a_constraints_file_the_install_uses_pins_what_it_names(
+    tmp_path: Path, dockerfile: str, status: str
+) -> None:
+    from taskhub.validators._static import check_dependency_pinning
+
+    folder = tmp_path / "env"
+    folder.mkdir()
+    (folder / "requirements.txt").write_text("fastapi\nopenenv-core\nrequests>=2\n")
+    (folder / "constraints.txt").write_text(
+        "# pins\nfastapi==0.115.0\nopenenv_core==0.2.3\nRequests==2.32.3\nnumpy==2.1.0\n"
+    )
+    (folder / "Dockerfile").write_text(
+        f"FROM python:3.11-slim\nCOPY . /app\nWORKDIR /app\n{dockerfile}"
+    )
+    finding = run_check(check_dependency_pinning, folder)
+    assert finding.status == status, finding.evidence
+    if status == "fail":
+        assert "unversioned requirement requirements.txt:1: fastapi" in finding.evidence
+        # only the other command's `fastapi` is constrained (by the file that command uses)
+        assert finding.measured["pinned_by_constraints"] == ("-c" in dockerfile)
+        return
+    assert finding.measured["constraint_files"] == ["constraints.txt"]
+    assert finding.measured["pinned_by_constraints"] == 3 and finding.measured["exact"] == 3
+    assert finding.summary == (
+        "dependencies are pinned by an exact openenv-core pin and versioned requirements "
+        "(3 of them pinned by the constraints file constraints.txt)"
+    )
+    assert finding.evidence[0] == (
+        "requirements.txt:1: fastapi is pinned by constraints.txt:2: fastapi==0.115.0"
+    )
+
+
+def test_constraints_named_inside_a_requirement_file_pin_too(tmp_path: Path) -> None:
+    from taskhub.validators._static import check_dependency_pinning
+
+    folder = tmp_path / "env"
+    (folder / "server").mkdir(parents=True)
+    (folder / "server" / "requirements.txt").write_text(
+        "-c ../pins/constraints.txt\nopenenv-core\nuvicorn\n"
+    )
+    (folder / "pins").mkdir()
+    (folder / "pins" / "constraints.txt").write_text("openenv-core==0.2.3\n")
+    finding = run_check(check_dependency_pinning, folder)  # no Dockerfile: the declared files
+    assert finding.status == "fail"
+    assert finding.measured["constraint_files"] == ["pins/constraints.txt"]
+    assert finding.measured["pinned_by_constraints"] == 1
+    assert finding.evidence == ["unversioned requirement server/requirements.txt:3: uvicorn"]
+    (folder / "pins" / "constraints.txt").write_text("openenv-core==0.2.3\nuvicorn<1\n")
+    finding = run_check(check_dependency_pinning, folder)
+    assert finding.status == "pass" and finding.measured["pinned_by_constraints"] == 2
+
+
 def test_layout_flags_a_folder_that_shadows_the_framework(env_folder: Path) -> None:
     from taskhub.validators._static import check_layout
 
