@@ -49,6 +49,17 @@ from ._subject import Product, Subject, noop_policy
 # --- runtime.startup ---------------------------------------------------------------------------
 
 
+def _startup_cause(message: str) -> str:
+    """A launch error in one line: what happened, and the last line the server printed.
+
+    ``env server x exited with code 1 before becoming healthy: TypeError: env must be ...``
+    """
+    head, _, output = message.partition("Its output ends with:")
+    first = head.strip().splitlines()[0] if head.strip() else message
+    printed = [line.strip() for line in output.splitlines() if line.strip()]
+    return f"{first.rstrip('.')}: {printed[-1][:300]}" if printed else first
+
+
 @check("runtime.startup", level="runtime", provides=("server",))
 async def check_startup(subject: Subject) -> Finding:
     """The env starts (a folder is launched locally) and answers HTTP."""
@@ -59,7 +70,7 @@ async def check_startup(subject: Subject) -> Finding:
             server = await driver.launch()
         except (EnvLaunchError, EnvTimeout) as exc:
             return failed(
-                f"the server did not start: {str(exc).splitlines()[0]}",
+                f"the server did not start: {_startup_cause(str(exc))}",
                 "Make `python -m uvicorn <app> --port P` work from the env folder with the "
                 "declared dependencies installed; the log shows the error.",
                 measured={"startup_s": round(time.perf_counter() - started, 3)},

@@ -572,3 +572,22 @@ def test_measured_durations_are_left_out_of_observation_comparisons() -> None:
     assert observation_key({"result": {"stdout": "a", "execution_time": 0.1}}) != observation_key(
         {"result": {"stdout": "b", "execution_time": 0.1}}
     )
+
+
+def test_a_server_that_did_not_start_is_summed_up_by_its_last_printed_line() -> None:
+    from taskhub.validators._runtime import _startup_cause
+
+    crashed = (
+        "env server x exited with code 1 before becoming healthy. Its output ends with:\n"
+        '  File "server/app.py", line 23, in <module>\n'
+        "TypeError: env must be a callable (class or factory function)\n"
+    )
+    assert _startup_cause(crashed) == (
+        "env server x exited with code 1 before becoming healthy: "
+        "TypeError: env must be a callable (class or factory function)"
+    )
+    silent = "http://x/health did not answer 200 within 60s (last: ConnectError). Its output ends with:\n"
+    assert (
+        _startup_cause(silent)
+        == "http://x/health did not answer 200 within 60s (last: ConnectError)."
+    )
