@@ -586,7 +586,10 @@ def test_a_server_that_did_not_start_is_summed_up_by_its_last_printed_line() -> 
         "env server x exited with code 1 before becoming healthy: "
         "TypeError: env must be a callable (class or factory function)"
     )
-    silent = "http://x/health did not answer 200 within 60s (last: ConnectError). Its output ends with:\n"
+    silent = (
+        "http://x/health did not answer 200 within 60s (last: ConnectError). "
+        "Its output ends with:\n"
+    )
     assert (
         _startup_cause(silent)
         == "http://x/health did not answer 200 within 60s (last: ConnectError)."
