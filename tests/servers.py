@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -427,3 +429,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_served(port: int | str, process: subprocess.Popen[bytes], what: str) -> None:
+    """Wait until a server started by a README command answers ``/health``.
+
+    Its imports take seconds, more on a busy machine: it fails if the server exits first or
+    takes over 180 s.
+    """
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline and process.poll() is None, f"{what} did not start"
+        time.sleep(0.5)

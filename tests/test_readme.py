@@ -8,13 +8,11 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.servers import free_port
+from tests.servers import free_port, wait_served
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -99,16 +97,7 @@ def test_serve_then_eval_against_the_url(tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        # the server is up when it answers /health (imports take seconds, more on a busy machine)
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, "arith did not start"
-            time.sleep(0.5)
+        wait_served(port, server, "arith")
         evaluate = next(c for c in COMMANDS if f"127.0.0.1:{shown}" in c).replace(shown, port)
         result = run(evaluate, tmp_path)
         assert result.returncode == 0, result.stderr

@@ -9,12 +9,9 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
-from tests.servers import free_port
+from tests.servers import free_port, wait_served
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = re.findall(r"```(\w+)\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
@@ -34,15 +31,7 @@ def test_serve_a_tool_env_build_a_taskset_from_its_tasks_and_run_it(tmp_path: Pa
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, "ledger did not start"
-            time.sleep(0.5)
+        wait_served(port, server, "ledger")
         init, evaluate = [line for line in LINES if f"127.0.0.1:{shown}" in line]
         for command in (init, evaluate + " --json"):
             argv = shlex.split(command.replace(shown, port))
