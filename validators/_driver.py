@@ -31,6 +31,7 @@ from taskhub.env import (
     HttpDialect,
     LocalServer,
     StepResult,
+    child_pids,
     launch_server,
     open_session,
     retry_after,
@@ -704,27 +705,11 @@ def _schema_part(schema: dict[str, Any] | None, key: str) -> dict[str, Any] | No
     return part if isinstance(part, dict) and part else None
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # the command name is in parentheses and may hold spaces: split after the last ')'
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[1] == str(pid):
-            out.append(int(entry))
-    return out
-
-
 def process_rss_mb(pid: int) -> float | None:
     """Resident memory of ``pid`` and its children in MiB (None when unreadable)."""
     total = 0.0
     found = False
-    for proc in [pid, *_children(pid)]:
+    for proc in [pid, *child_pids(pid)]:
         try:
             for line in Path(f"/proc/{proc}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):

@@ -288,26 +288,44 @@ STARTUP_GRACE_FACTOR = 3.0
 _WORKING_CPU_S = 0.05
 
 
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``, read from ``/proc`` (none where there is none)."""
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    out = []
+    for entry in entries:
+        try:
+            fields = _stat_fields(int(entry))
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[1] == str(pid):
+            out.append(int(entry))
+    return out
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    # the command name is in parentheses and may hold spaces: split after the last ')'
+    return stat.rsplit(")", 1)[-1].split()
+
+
 def _cpu_seconds(pid: int) -> float | None:
     """CPU seconds (user + system) of a process and of its live children, or None off Linux."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     total = 0.0
-    found = False
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return None
-    for entry in entries:
+    for proc in [pid, *child_pids(pid)]:
         try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rpartition(b")")[2].split()
+            fields = _stat_fields(proc)
         except OSError:
+            if proc == pid:
+                return None
             continue
-        # after the name: state, ppid, ..., utime (14th field of the line), stime (15th)
-        if int(entry) == pid or int(fields[1]) == pid:
-            total += (int(fields[11]) + int(fields[12])) / tick
-            found = found or int(entry) == pid
-    return total if found else None
+        # utime and stime: the 14th and 15th fields of the line
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 async def wait_healthy(
