@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -437,6 +436,8 @@ def wait_served(port: int | str, process: subprocess.Popen[bytes], what: str) ->
     Its imports take seconds, more on a busy machine: it fails if the server exits first or
     takes over 180 s.
     """
+    import httpx  # not at the top: env projects built from this module do not install it
+
     deadline = time.monotonic() + 180
     while True:
         try:
