@@ -12,7 +12,7 @@ import pytest
 
 from taskhub import SchemaError, Task, load_taskset
 from taskhub._rows import TaskRows, jsonl_rows, parquet_rows
-from taskhub._taskset import _read_files, _validate_rows, builtin_tasksets
+from taskhub._taskset import BULK_MIN_BYTES, _read_files, _validate_rows, builtin_tasksets
 
 ROWS: list[dict[str, Any]] = [
     {"task_id": "plain", "reset": {"seed": 1, "family": "add"}, "answer": "2"},
@@ -41,11 +41,15 @@ def test_builtin_tasksets_load_in_bulk_with_the_same_tasks_and_fingerprint(name:
     folder = builtin_tasksets()[name]
     digest_rows = {}
     for split, tasks in taskset.splits.items():
-        assert isinstance(tasks, TaskRows)
         paths = sorted((folder / "data").glob(f"{split}*.jsonl"))
         expected = slow(split, paths)
+        # files this small load row by row; the bulk path gives the same rows and hashes
+        assert sum(p.stat().st_size for p in paths) < BULK_MIN_BYTES
         assert list(tasks) == list(expected)
-        assert tasks.content_hashes() == [t.content_hash() for t in expected]
+        bulk = jsonl_rows(split, paths)
+        assert isinstance(bulk, TaskRows)
+        assert list(bulk) == list(expected)
+        assert bulk.content_hashes() == [t.content_hash() for t in expected]
         digest_rows[split] = expected
     # the fingerprint is what hashing every Task gives
     import hashlib
@@ -56,6 +60,20 @@ def test_builtin_tasksets_load_in_bulk_with_the_same_tasks_and_fingerprint(name:
         for task in expected:
             digest.update(task.content_hash().encode() + b"\n")
     assert taskset.ref.fingerprint == digest.hexdigest()
+
+
+def test_a_split_past_the_bulk_threshold_loads_in_bulk_as_task_validation_would(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "big"
+    (folder / "data").mkdir(parents=True)
+    pad = "x" * 200
+    rows = [{"task_id": f"t{i}", "reset": {"seed": i}, "prompt": f"{pad} {i}"} for i in range(6000)]
+    path = write_jsonl(folder / "data" / "train.jsonl", rows)
+    assert path.stat().st_size >= BULK_MIN_BYTES
+    tasks = load_taskset(str(folder)).tasks("train")
+    assert isinstance(tasks, TaskRows)
+    assert list(tasks) == list(slow("train", [path]))
 
 
 def test_rows_of_every_shape_give_the_tasks_and_hashes_of_task_validation(
