@@ -193,38 +193,100 @@ def choice_lists(observation: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
+def _choice_fields(schema: dict[str, Any] | None, noun: str) -> tuple[JsonObject, list[str]]:
+    """The action a choice goes into: the rest of the action, and the fields it may fill.
+
+    With a schema, its free string field (the one named like the choice's noun, else the only
+    required one); without one, a field named after the noun (``available_commands`` ->
+    ``command``) and ``action``.
+    """
+    if not (schema and schema.get("properties")):
+        return {}, list(dict.fromkeys([noun, "action"]))
+    strings = [
+        name
+        for name, spec in (schema.get("properties") or {}).items()
+        if isinstance(spec, dict)
+        and _typed(spec).get("type") == "string"
+        and "enum" not in _typed(spec)
+    ]
+    required = [n for n in strings if n in (schema.get("required") or [])]
+    named = [n for n in strings if n in (noun, "action", "move", "command")]
+    return _fill(schema), named[:1] or (required if len(required) == 1 else [])
+
+
 def hinted_actions(
     schema: dict[str, Any] | None, observation: dict[str, Any]
 ) -> list[tuple[JsonObject, ChoiceHint]]:
-    """Actions that play a choice the observation lists, each with the hint it follows.
-
-    With a schema, the choice goes into its free string field (the one named like the list's
-    noun, else the only required one); without one, into a field named after the noun
-    (``available_commands`` -> ``command``) and into ``action``.
-    """
+    """Actions that play a choice the observation lists, each with the hint it follows."""
     out: list[tuple[JsonObject, ChoiceHint]] = []
     for key, noun in choice_lists(observation):
         value = pick_choice(observation[key])
         if value is None:
             continue
-        fields: list[str] = []
-        base: JsonObject = {}
-        if schema and schema.get("properties"):
-            base = _fill(schema)
-            strings = [
-                name
-                for name, spec in (schema.get("properties") or {}).items()
-                if isinstance(spec, dict)
-                and _typed(spec).get("type") == "string"
-                and "enum" not in _typed(spec)
-            ]
-            required = [n for n in strings if n in (schema.get("required") or [])]
-            named = [n for n in strings if n in (noun, "action", "move", "command")]
-            fields = named[:1] or (required if len(required) == 1 else [])
-        else:
-            fields = list(dict.fromkeys([noun, "action"]))
+        base, fields = _choice_fields(schema, noun)
         for name in fields:
             out.append(({**base, name: value}, ChoiceHint(name, key)))
+    return out
+
+
+#: Most options of one offered set played by ``offered_actions``.
+MAX_OFFERED = 6
+#: Keys that name one option of a listed set (``rooms: [{"id": "A", ...}, ...]``).
+_OPTION_ID = re.compile(r"^(?:id|name|code|key|\w+_id)$")
+
+
+def _option_ids(options: list[Any]) -> list[str] | None:
+    """The ids of a list of option objects that share an id key, if it is one."""
+    if not (2 <= len(options) <= 50) or not all(isinstance(o, dict) for o in options):
+        return None
+    shared = set(options[0]).intersection(*options[1:])
+    for key in sorted(k for k in shared if _OPTION_ID.match(str(k))):
+        ids = [o[key] for o in options]
+        if all(isinstance(v, str | int) and not isinstance(v, bool) for v in ids):
+            texts = [str(v) for v in ids]
+            if len(set(texts)) == len(texts) and all(0 < len(t) <= 100 for t in texts):
+                return texts
+    return None
+
+
+def offered_sets(observation: dict[str, Any], depth: int = 0) -> list[tuple[str, list[str]]]:
+    """``(key, values)`` of each set of options the observation offers to choose from.
+
+    A list of moves under a choice key (``legal_moves: ["e2e4", ...]``), or the ids of a list
+    of option objects (``rooms: [{"id": "A", ...}, {"id": "B", ...}]``); searched one level
+    down too (an observation nested under ``state``).
+    """
+    found: list[tuple[str, list[str]]] = []
+    for key, value in observation.items():
+        if isinstance(value, dict) and depth == 0:
+            found.extend(offered_sets(value, depth + 1))
+        elif isinstance(value, list):
+            if _CHOICE_KEY.match(str(key)):
+                plain = [v for v in value if isinstance(v, str) and v and "<" not in v]
+                if len(plain) >= 2:
+                    found.append((str(key), list(dict.fromkeys(plain))))
+                    continue
+            ids = _option_ids(value)
+            if ids is not None:
+                found.append((str(key), ids))
+    return found
+
+
+def offered_actions(
+    schema: dict[str, Any] | None, observation: dict[str, Any]
+) -> list[tuple[str, list[JsonObject]]]:
+    """For each set of options the observation offers, one action per option (``MAX_OFFERED``).
+
+    The option goes where ``hinted_actions`` puts a listed choice; a set whose option has no
+    field to go into is left out.
+    """
+    out = []
+    for key, values in offered_sets(observation):
+        match = _CHOICE_KEY.match(key)
+        noun = match.group(1).lower().removesuffix("s") if match else key.removesuffix("s")
+        base, fields = _choice_fields(schema, noun)
+        if fields:
+            out.append((key, [{**base, fields[0]: v} for v in values[:MAX_OFFERED]]))
     return out
 
 

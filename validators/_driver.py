@@ -657,6 +657,22 @@ def _show(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: Characters kept before the first difference of two long strings shown side by side.
+_LEAD = 30
+
+
+def _around_difference(a: str, b: str, limit: int = 110) -> tuple[str, str]:
+    """Two long strings cut to where they first differ (``...`` marks what was left out)."""
+    if max(len(a), len(b)) <= limit:
+        return a, b
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    first = min(len(a), len(b)) if first is None else first
+    start = max(0, first - _LEAD)
+    if start == 0:
+        return a, b
+    return "..." + a[start:], "..." + b[start:]
+
+
 def field_diff(before: Any, after: Any, path: str = "", limit: int = 8) -> list[str]:
     """Where two JSON values differ, field by field: ``path: before -> after``."""
     out: list[str] = []
@@ -672,6 +688,8 @@ def field_diff(before: Any, after: Any, path: str = "", limit: int = 8) -> list[
             for index, (x, y) in enumerate(zip(a, b, strict=True)):
                 walk(x, y, f"{where}[{index}]")
             return
+        if isinstance(a, str) and isinstance(b, str):
+            a, b = _around_difference(a, b)
         out.append(f"{where or '(root)'}: {_show(a)} -> {_show(b)}")
 
     walk(before, after, path)

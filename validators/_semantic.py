@@ -21,6 +21,7 @@ from taskhub import (
     Task,
 )
 
+from ._actions import offered_actions
 from ._check import Finding, check, failed, passed, skipped
 from ._driver import ActionPolicy, Trajectory, median
 from ._episodes import FLOOR, ORACLE_RUNS, REFERENCE_RUNS, empty_body_does_nothing, oracle_steps
@@ -233,6 +234,83 @@ async def check_canary_floor(subject: Subject) -> Finding:
             evidence=[examples[n] for n in sorted(gamed) if n in examples][:3],
         )
     return passed(f"{len(means)} canaries stayed at the floor ({floor:g})", measured=measured)
+
+
+# --- reward signal -----------------------------------------------------------------------------
+
+#: Fewest distinct options that must all win before the reward is said to tell none apart.
+MIN_OPTIONS = 3
+#: Most steps of an episode that plays one option throughout.
+OPTION_STEPS = 20
+
+
+@check(
+    "semantic.reward_signal",
+    level="semantic",
+    needs=("episode",),
+    after=("semantic.floor_gap",),
+)
+async def check_reward_signal(subject: Subject) -> Finding:
+    """Not every option the env offers wins: the reward tells a right choice from a wrong one.
+
+    From the first task's start, each option of a set the observation offers (``rooms:
+    [{"id": "A"}, ...]``, ``legal_moves``) is played as a whole episode. When at least
+    ``MIN_OPTIONS`` distinct options each end their episode with the top of the reward range,
+    above what doing nothing earns, no choice the agent makes can be wrong.
+    """
+    task = subject.tasks[0]
+    start = await subject.driver.play(
+        subject.reset_kwargs(task, tag="options"), lambda _i, _r: None, max_steps=0
+    )
+    if start.first is None:
+        return skipped(f"the reset failed: {start.error}"[:400])
+    sets = offered_actions(subject.driver.action_schema, start.first.observation)
+    if not sets:
+        return skipped("the start observation offers no set of options to choose from")
+    floor = (await subject.get(FLOOR)).value
+    high = subject.reward_range[1]
+    key, actions = sets[0]
+    runs: list[tuple[JsonObject, Trajectory]] = []
+    for action in actions:
+        chosen = dict(action)
+        trajectory = await subject.driver.play(
+            subject.reset_kwargs(task, tag="options"),
+            lambda _i, _r, chosen=chosen: chosen,
+            max_steps=min(OPTION_STEPS, subject.max_steps_for(task)),
+        )
+        if trajectory.error is None and trajectory.steps:
+            runs.append((chosen, trajectory))
+    totals = [t.total_reward for _, t in runs]
+    measured: JsonObject = {
+        "options_of": key,
+        "played": [a for a, _ in runs],
+        "totals": totals,
+        "floor": floor,
+        "max": high,
+    }
+    if len(runs) < MIN_OPTIONS:
+        return skipped(
+            f"{len(runs)} of the {len(actions)} options offered in {key!r} could be played: "
+            f"fewer than {MIN_OPTIONS}",
+            measured=measured,
+        )
+    wins = all(t.done and t.total_reward >= high - 1e-9 for _, t in runs)
+    if wins and floor is not None and floor < high:
+        return failed(
+            f"each of the {len(runs)} options offered in {key!r} "
+            f"({', '.join(json.dumps(a) for a, _ in runs[:4])}) ends its episode with the top "
+            f"reward {high:g}: the reward does not tell a right choice from a wrong one",
+            "Grade the choice against the task (here, which option meets the requirements): "
+            "at least one offered option should score below the top, or the task is no test.",
+            measured=measured,
+            evidence=[{"action": a, **t.describe(2)} for a, t in runs[:3]],
+        )
+    distinct = sorted({round(t, 6) for t in totals})
+    return passed(
+        f"{len(runs)} options offered in {key!r} earn {len(distinct)} different reward(s) "
+        f"({', '.join(f'{v:g}' for v in distinct[:5])})",
+        measured=measured,
+    )
 
 
 # --- leakage -----------------------------------------------------------------------------------

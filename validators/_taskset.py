@@ -404,7 +404,9 @@ async def check_manifest_tasks(subject: Subject) -> Finding:
     if driver.transport == "http" and not reset_takes_body(await subject.get(WIRE), driver.dialect):
         keys = ()  # /openapi.json shows a reset route without a body
     if keys is not None and key not in keys:
-        return await _no_task_key(subject, declared, source, keys, play, key)
+        return await _no_task_key(
+            subject, declared, source, keys, play, key, default.first.observation
+        )
     starts_of = _Starts(default.first.observation, again.first.observation, {episode_id})
     if starts_of.fields and len(starts_of.noise) >= starts_of.fields:
         return skipped(
@@ -500,6 +502,24 @@ async def check_manifest_tasks(subject: Subject) -> Finding:
     )
 
 
+#: Difficulties that are one rung of a ladder: an env that names one has the others.
+LADDER = ("easy", "medium", "hard", "expert")
+#: Observation fields that name a difficulty.
+DIFFICULTY_KEYS = ("difficulty", "level", "difficulty_level")
+
+
+def named_rung(observation: Any) -> tuple[str, str] | None:
+    """The field of an observation naming a rung of a difficulty ladder (``difficulty: easy``)."""
+    for path, value in _leaves(observation):
+        if (
+            path.rpartition(".")[2] in DIFFICULTY_KEYS
+            and isinstance(value, str)
+            and value.strip().lower() in LADDER
+        ):
+            return path, value
+    return None
+
+
 async def _no_task_key(
     subject: Subject,
     declared: list[str],
@@ -507,15 +527,18 @@ async def _no_task_key(
     keys: tuple[str, ...],
     play: Any,
     key: str,
+    start: dict[str, Any],
 ) -> Finding:
     """The reset route takes no task key: fine unless it takes nothing that could select one.
 
-    A route that takes only a seed and an episode id, for an env that declares several tasks,
+    A route that takes only a seed and an episode id, for an env that declares several tasks
+    (or names one rung of a difficulty ladder, ``difficulty: "easy"``: the others exist),
     selects none of them; if resets with different seeds keep naming one task (or the env
     names none), only that one can run.
     """
     selecting = [k for k in keys if k not in EPISODE_KEYS]
-    if selecting or len(declared) < 2:
+    rung = named_rung(start) if len(declared) < 2 else None
+    if selecting or (len(declared) < 2 and rung is None):
         return skipped(
             f"the reset route takes no {key!r} (it takes {', '.join(keys) or 'nothing'}): the "
             "declared tasks are selected some other way"
@@ -523,28 +546,39 @@ async def _no_task_key(
     names = []
     for offset in range(CYCLE_RESETS):
         trajectory = await play(None, key, seed=4242 + offset)
-        found = named_task(trajectory.first.observation) if trajectory.first else None
+        observation = trajectory.first.observation if trajectory.first else None
+        found = named_task(observation) if rung is None else named_rung(observation)
         names.append(found[1] if found is not None else None)
     measured: JsonObject = {
         "declared": declared[:20],
         "source": source,
         "reset_keys": list(keys),
-        "named_tasks": names,
+        "named_tasks" if rung is None else "named_difficulties": names,
     }
+    what = "tasks" if rung is None else "difficulties"
     if len({n for n in names if n is not None}) >= 2:
         return skipped(
-            "the reset route takes no task, but successive resets serve different tasks "
-            f"({', '.join(sorted({n for n in names if n}))}): tasks are cycled, not selected",
+            f"the reset route takes no task, but successive resets serve different {what} "
+            f"({', '.join(sorted({n for n in names if n}))}): they are cycled, not selected",
             measured=measured,
         )
     served = next((n for n in names if n is not None), None)
+    if rung is not None:
+        task = f" (task {declared[0]!r})" if declared else ""
+        offered = (
+            f"the env names difficulty {rung[1]!r} ({rung[0]}){task}, one rung of a "
+            "difficulty ladder,"
+        )
+    else:
+        listed = ", ".join(declared[:6])
+        offered = f"the env declares {len(declared)} tasks ({listed}, from {source})"
     return failed(
-        f"the env declares {len(declared)} tasks ({', '.join(declared[:6])}, from {source}) but "
-        f"its reset route takes {', '.join(keys) or 'nothing'}: no task can be selected"
+        f"{offered} but its reset route takes {', '.join(keys) or 'nothing'}: no task can be "
+        "selected"
         + (f", and {CYCLE_RESETS} resets all served {served!r}" if served else "")
-        + ", so the other declared tasks can never run",
+        + f", so the other {what} can never run",
         "Let reset() take the task's id (e.g. reset(task_id=...)) and select that task, "
         "raising ValueError naming the known ids for any other.",
         measured=measured,
-        evidence=[{"reset_keys": list(keys), "named_tasks": names}],
+        evidence=[{"reset_keys": list(keys), f"named_{what}": names}],
     )

@@ -4,8 +4,11 @@ hung or crashed validator; a URL that does not speak OpenEnv is unsupported (exi
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +19,16 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from taskhub import ValidationReport
-from tests.servers import CLOSE, FakeEnv, ServerThread, Session, counting_reset, observation
+from tests.servers import (
+    CLOSE,
+    FakeEnv,
+    ServerThread,
+    Session,
+    counting_reset,
+    free_port,
+    observation,
+    wait_served,
+)
 
 #: Deadlines of these runs: one request gets 1 s, the whole validation 40 s.
 QUICK = {"op_timeout_s": 1.0, "check_timeout_s": 15.0, "budget_s": 40.0, "growth_episodes": 5}
@@ -253,3 +265,65 @@ def test_an_empty_cell_that_costs_nothing_is_the_floor_not_a_canary() -> None:
     canary = next(c for c in report.checks if c.id == "semantic.canary_floor")
     assert canary.status == "pass", canary
     assert "empty" not in canary.measured["mean_rewards"]
+
+
+ROOMS = [{"id": "A", "seats": 4}, {"id": "B", "seats": 8}, {"id": "C", "seats": 6}]
+
+
+@pytest.mark.parametrize("graded", [False, True])
+def test_options_that_all_win_are_a_reward_that_tells_nothing_apart(graded: bool) -> None:
+    # the start offers rooms to choose from; the answer names one (a one-step episode)
+    def rooms_reset(session: Session, data: dict[str, Any]) -> Any:
+        reply = counting_reset(session, data)
+        reply["data"]["observation"]["state"] = {"people": 5, "rooms": ROOMS}
+        return reply
+
+    def rooms_step(session: Session, data: dict[str, Any]) -> Any:
+        chosen = next((r for r in ROOMS if r["id"] == data.get("answer")), None)
+        if chosen is None:
+            reward = 0.0
+        elif graded:
+            reward = 1.0 if chosen["seats"] >= 5 and chosen["id"] == "C" else 0.3
+        else:
+            reward = 1.0  # every room passes
+        return observation({"question": "booked"}, reward, True)
+
+    class Typed(FakeEnv):  # a /schema whose observation and state are typed too
+        async def _schema(self, request: Request) -> Response:
+            typed = {"type": "object"}
+            return JSONResponse(
+                {"action": self.action_schema, "observation": typed, "state": typed}
+            )
+
+    with Typed(on_reset=rooms_reset, on_step=rooms_step) as env:
+        report, _ = validate_url(env.url, checks=["semantic.reward_signal"])
+    signal = next(c for c in report.checks if c.id == "semantic.reward_signal")
+    assert signal.measured["options_of"] == "rooms"
+    assert signal.measured["played"] == [{"answer": "A"}, {"answer": "B"}, {"answer": "C"}]
+    if graded:
+        assert signal.status == "pass", signal
+        assert "earn 2 different reward(s) (0.3, 1)" in signal.summary
+    else:
+        assert signal.status == "fail", signal
+        assert "each of the 3 options offered in 'rooms'" in signal.summary
+        assert "does not tell a right choice from a wrong one" in signal.summary
+        assert [e["total_reward"] for e in signal.evidence] == [1.0, 1.0, 1.0]
+
+
+def test_a_reset_that_takes_nothing_and_one_rung_of_a_difficulty_ladder_is_found_by_url() -> None:
+    # served without its folder: no manifest lists the tasks, the observation names one rung
+    folder = Path(__file__).parent / "envs" / "reset_takes_nothing"
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "server.app:app", "--port", str(port)]
+    process = subprocess.Popen(command, cwd=folder, stderr=subprocess.DEVNULL)
+    try:
+        wait_served(port, process, "reset_takes_nothing")
+        report, _ = validate_url(f"http://127.0.0.1:{port}", checks=["taskset.manifest_tasks"])
+    finally:
+        process.terminate()
+        process.wait(10)
+    tasks = next(c for c in report.checks if c.id == "taskset.manifest_tasks")
+    assert tasks.status == "fail", tasks
+    assert "names difficulty 'easy' (difficulty) (task 'task_easy')" in tasks.summary
+    assert "its reset route takes nothing: no task can be selected" in tasks.summary
+    assert tasks.measured["named_difficulties"] == ["easy"] * 3

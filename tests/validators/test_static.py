@@ -555,6 +555,12 @@ def test_field_diff_names_each_changed_field() -> None:
         'state.episode_id: "a" -> "b"',
     ]
     assert masked({"text": "episode x-1 begins"}, {"x-1"}) == {"text": "episode <id> begins"}
+    # two long texts that differ far in are shown from just before where they differ
+    intro = "Context: small suppliers wait 60-90 days for buyers to pay them. " * 3
+    first, second = intro + "Reset @ 20:23:36.1234", intro + "Reset @ 20:23:37.9876"
+    [line] = field_diff({"message": first}, {"message": second})
+    shown = '"...s to pay them. Reset @ 20:23:36.1234" -> "...s to pay them. Reset @ 20:23:37.9876"'
+    assert line == f"message: {shown}"
 
 
 def test_measured_durations_are_left_out_of_observation_comparisons() -> None:

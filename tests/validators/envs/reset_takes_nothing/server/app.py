@@ -1,8 +1,8 @@
 """Defects: declared tasks that reset cannot select, served by one module-level env.
 
 ``POST /reset`` takes no body: the three tasks openenv.yaml lists exist in the code, but only
-the first is ever served. Replies put the observation at the top level; there is no
-``/schema``, ``/metadata`` or ``/ws``.
+the first is ever served (its observation names it, and its difficulty: easy). Replies put the
+observation at the top level; there is no ``/schema``, ``/metadata`` or ``/ws``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Quiz:
     def observation(self, **extra: Any) -> dict[str, Any]:
         return {
             "task_id": self.task_id,
+            "difficulty": "easy",
             "question": self.question,
             "attempts_left": self.attempts_left,
             "done": self.done,
