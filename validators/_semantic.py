@@ -244,12 +244,12 @@ MIN_OPTIONS = 3
 OPTION_STEPS = 20
 
 
-@check(
-    "semantic.reward_signal",
-    level="semantic",
-    needs=("episode",),
-    after=("semantic.floor_gap",),
-)
+def _always(action: JsonObject) -> ActionPolicy:
+    """A policy that plays ``action`` at every step."""
+    return lambda _i, _r: dict(action)
+
+
+@check("semantic.reward_signal", level="semantic", needs=("episode",))
 async def check_reward_signal(subject: Subject) -> Finding:
     """Not every option the env offers wins: the reward tells a right choice from a wrong one.
 
@@ -272,14 +272,13 @@ async def check_reward_signal(subject: Subject) -> Finding:
     key, actions = sets[0]
     runs: list[tuple[JsonObject, Trajectory]] = []
     for action in actions:
-        chosen = dict(action)
         trajectory = await subject.driver.play(
             subject.reset_kwargs(task, tag="options"),
-            lambda _i, _r, chosen=chosen: chosen,
+            _always(action),
             max_steps=min(OPTION_STEPS, subject.max_steps_for(task)),
         )
         if trajectory.error is None and trajectory.steps:
-            runs.append((chosen, trajectory))
+            runs.append((action, trajectory))
     totals = [t.total_reward for _, t in runs]
     measured: JsonObject = {
         "options_of": key,
