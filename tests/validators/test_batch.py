@@ -207,6 +207,7 @@ def sdist(root: Path, name: str, setup_py: str | None = None) -> Path:
     return archive
 
 
+@pytest.mark.slow  # real pip installs into fresh venvs: the slow pass of .ci/run runs it
 def test_isolated_installs_log_pip_share_a_wheel_cache_and_have_their_own_time_limit(
     tmp_path: Path,
 ) -> None:

@@ -132,6 +132,7 @@ def helper_env(root: Path, version: str) -> Path:
     return folder
 
 
+@pytest.mark.slow  # real pip installs into fresh venvs: the slow pass of .ci/run runs it
 def test_isolated_venvs_give_each_submission_its_own_packages(tmp_path: Path) -> None:
     from taskhub.validators import (
         BatchConfig,
