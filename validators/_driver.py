@@ -26,10 +26,12 @@ import httpx
 from taskhub import EnvCapacityError, EnvError, EnvTimeout, canonical_json
 from taskhub.env import (
     OPENENV_HTTP,
+    PORT_ATTEMPTS,
     EnvClient,
     EnvSession,
     HttpDialect,
     LocalServer,
+    PortTaken,
     StepResult,
     child_pids,
     launch_server,
@@ -536,22 +538,29 @@ class EnvDriver:
         """
         if self.folder is None:
             raise RuntimeError("only an env folder can be launched")
-        server = launch_server(
-            self.folder,
-            max_sessions=self.sessions or self.config.sessions,
-            log_dir=self.log_dir,
-            python=self.python,
-            env=env,
-        )
-        if self.on_launch is not None:
-            self.on_launch(server)
-        try:
-            self.health_path = await wait_healthy(
-                self.http, server.url, timeout=self.config.startup_timeout_s, server=server
+        for attempt in range(PORT_ATTEMPTS):
+            server = launch_server(
+                self.folder,
+                max_sessions=self.sessions or self.config.sessions,
+                log_dir=self.log_dir,
+                python=self.python,
+                env=env,
             )
-        except BaseException:
-            server.stop()
-            raise
+            if self.on_launch is not None:
+                self.on_launch(server)
+            try:
+                self.health_path = await wait_healthy(
+                    self.http, server.url, timeout=self.config.startup_timeout_s, server=server
+                )
+                break
+            except PortTaken as exc:  # another process bound its port first: a new one
+                server.stop()
+                if attempt == PORT_ATTEMPTS - 1:
+                    raise
+                logger.warning("%s", exc)
+            except BaseException:
+                server.stop()
+                raise
         self.server = server
         self.url = server.url
         return server

@@ -10,6 +10,7 @@ told to die with their parent, so a killed runner leaves no orphan behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import os
@@ -328,6 +329,47 @@ def _cpu_seconds(pid: int) -> float | None:
     return total
 
 
+class PortTaken(EnvLaunchError):
+    """Another process answers on the port a launched server was given (it took the port first).
+
+    A free port is only free until someone binds it: a launch tried again gets another one.
+    """
+
+
+#: Launches of one server tried when another process takes its port first.
+PORT_ATTEMPTS = 3
+
+
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether ``pid`` (or a child of it) holds the socket that listens on loopback ``port``.
+
+    Read from ``/proc``; None where that cannot tell (no ``/proc``, or no listening socket
+    on the port is visible there).
+    """
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()  # sl local_address rem_address st ... inode
+            if len(fields) > 9 and fields[3] == "0A" and fields[1].endswith(f":{port:04X}"):
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for owner in [pid, *child_pids(pid)]:
+        try:
+            fds = os.listdir(f"/proc/{owner}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{owner}/fd/{fd}") in inodes:
+                    return True
+    return False
+
+
 async def wait_healthy(
     http: httpx.AsyncClient,
     base_url: str,
@@ -345,7 +387,11 @@ async def wait_healthy(
     since the last look: imports on a loaded machine) is given more time, up to
     ``STARTUP_GRACE_FACTOR`` times ``timeout``; one that sleeps or hangs is not.
 
+    An answer on a launched ``server``'s port from a socket the server does not hold is
+    another process's (it bound the port first): the wait goes on until the server exits.
+
     Raises:
+        PortTaken: Another process answers on the port, and the launched one exited.
         EnvLaunchError: The launched process exited first.
         EnvTimeout: No healthy answer within ``timeout`` (and the grace, while it worked).
     """
@@ -375,16 +421,24 @@ async def wait_healthy(
             deadline = min(limit, now + window)
             logger.info("%s is still starting (its CPU time rises): waiting on", base_url)
         if server is not None and server.process.poll() is not None:
+            if last.startswith("another process"):
+                raise PortTaken(
+                    f"env server {server.folder.name} could not bind port {server.port}: "
+                    f"{last}. Its output ends with:\n{server.log_tail()}"
+                )
             raise EnvLaunchError(
                 f"env server {server.folder.name} exited with code {server.process.returncode} "
                 f"before becoming healthy. Its output ends with:\n{server.log_tail()}"
             )
         try:
             response = await http.get(base_url + "/health", timeout=5.0)
-            if response.status_code == 200:
+            if server is not None and listens_on(server.process.pid, server.port) is False:
+                last = f"another process answers on port {server.port}"
+            elif response.status_code == 200:
                 return "/health"
-            last = f"HTTP {response.status_code}"
-            if response.status_code == 404:
+            else:
+                last = f"HTTP {response.status_code}"
+            if response.status_code == 404 and not last.startswith("another process"):
                 root = await http.get(base_url + "/", timeout=5.0)
                 logger.info("%s has no /health (404); / answered %d", base_url, root.status_code)
                 return "/" if root.status_code < 500 else "/health"
@@ -566,16 +620,34 @@ class EnvHandle:
                     f"built-in env {target.spec!r} needs the OpenEnv server library: "
                     "pip install 'taskhub-openenv[envs]'"
                 )
+            path = target.path
             self.servers = [
-                launch_server(target.path, max_sessions=self.max_sessions, log_dir=self.log_dir)
+                launch_server(path, max_sessions=self.max_sessions, log_dir=self.log_dir)
                 for _ in range(self.replicas)
             ]
-            await asyncio.gather(
-                *(
-                    wait_healthy(self.http, s.url, timeout=self.startup_timeout, server=s)
-                    for s in self.servers
+            for attempt in range(PORT_ATTEMPTS):
+                waits = await asyncio.gather(
+                    *(
+                        wait_healthy(self.http, s.url, timeout=self.startup_timeout, server=s)
+                        for s in self.servers
+                    ),
+                    return_exceptions=True,
                 )
-            )
+                failed = [w for w in waits if isinstance(w, BaseException)]
+                if not failed:
+                    break
+                others = [w for w in failed if not isinstance(w, PortTaken)]
+                if others:
+                    raise others[0]
+                if attempt == PORT_ATTEMPTS - 1:
+                    raise failed[0]
+                taken = [i for i, w in enumerate(waits) if isinstance(w, PortTaken)]
+                for index in taken:  # another process took its port: a new one
+                    logger.warning("%s", waits[index])
+                    self.servers[index].stop()
+                    self.servers[index] = launch_server(
+                        path, max_sessions=self.max_sessions, log_dir=self.log_dir
+                    )
             urls = [s.url for s in self.servers]
         else:
             assert target.url is not None
