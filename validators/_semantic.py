@@ -289,14 +289,14 @@ async def check_reward_signal(subject: Subject) -> Finding:
     }
     if len(runs) < MIN_OPTIONS:
         return skipped(
-            f"{len(runs)} of the {len(actions)} options offered in {key!r} could be played: "
+            f"{len(runs)} of the {len(actions)} options tried from {key!r} could be played: "
             f"fewer than {MIN_OPTIONS}",
             measured=measured,
         )
     wins = all(t.done and t.total_reward >= high - 1e-9 for _, t in runs)
     if wins and floor is not None and floor < high:
         return failed(
-            f"each of the {len(runs)} options offered in {key!r} "
+            f"each of the {len(runs)} options played from {key!r} "
             f"({', '.join(json.dumps(a) for a, _ in runs[:4])}) ends its episode with the top "
             f"reward {high:g}: the reward does not tell a right choice from a wrong one",
             "Grade the choice against the task (here, which option meets the requirements): "
@@ -306,7 +306,7 @@ async def check_reward_signal(subject: Subject) -> Finding:
         )
     distinct = sorted({round(t, 6) for t in totals})
     return passed(
-        f"{len(runs)} options offered in {key!r} earn {len(distinct)} different reward(s) "
+        f"{len(runs)} options played from {key!r} earn {len(distinct)} different reward(s) "
         f"({', '.join(f'{v:g}' for v in distinct[:5])})",
         measured=measured,
     )

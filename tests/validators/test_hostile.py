@@ -305,7 +305,7 @@ def test_options_that_all_win_are_a_reward_that_tells_nothing_apart(graded: bool
         assert "earn 2 different reward(s) (0.3, 1)" in signal.summary
     else:
         assert signal.status == "fail", signal
-        assert "each of the 3 options offered in 'rooms'" in signal.summary
+        assert "each of the 3 options played from 'rooms'" in signal.summary
         assert "does not tell a right choice from a wrong one" in signal.summary
         assert [e["total_reward"] for e in signal.evidence] == [1.0, 1.0, 1.0]
 
