@@ -21,6 +21,7 @@ EXPECTED: dict[str, set[str]] = {
     "ignores_seed": {"runtime.seed_control", "runtime.episode_determinism"},
     "ignores_task_params": {"taskset.reset_params"},
     "constant_reward": {"semantic.oracle_max"},
+    "every_option_wins": {"semantic.reward_signal"},
     "empty_answer_scores": {"semantic.floor_gap"},
     "answer_in_observation": {"semantic.no_solution_leakage"},
     "state_leaks_answer": {"runtime.oracle_containment"},
