@@ -26,19 +26,16 @@ import httpx
 from taskhub import EnvCapacityError, EnvError, EnvTimeout, canonical_json
 from taskhub.env import (
     OPENENV_HTTP,
-    PORT_ATTEMPTS,
     EnvClient,
     EnvSession,
     HttpDialect,
     LocalServer,
-    PortTaken,
     StepResult,
     child_pids,
-    launch_server,
     open_session,
     retry_after,
     split_base_url,
-    wait_healthy,
+    start_server,
 )
 
 from ._actions import ChoiceHint
@@ -538,29 +535,16 @@ class EnvDriver:
         """
         if self.folder is None:
             raise RuntimeError("only an env folder can be launched")
-        for attempt in range(PORT_ATTEMPTS):
-            server = launch_server(
-                self.folder,
-                max_sessions=self.sessions or self.config.sessions,
-                log_dir=self.log_dir,
-                python=self.python,
-                env=env,
-            )
-            if self.on_launch is not None:
-                self.on_launch(server)
-            try:
-                self.health_path = await wait_healthy(
-                    self.http, server.url, timeout=self.config.startup_timeout_s, server=server
-                )
-                break
-            except PortTaken as exc:  # another process bound its port first: a new one
-                server.stop()
-                if attempt == PORT_ATTEMPTS - 1:
-                    raise
-                logger.warning("%s", exc)
-            except BaseException:
-                server.stop()
-                raise
+        server, self.health_path = await start_server(
+            self.http,
+            self.folder,
+            timeout=self.config.startup_timeout_s,
+            on_launch=self.on_launch,
+            max_sessions=self.sessions or self.config.sessions,
+            log_dir=self.log_dir,
+            python=self.python,
+            env=env,
+        )
         self.server = server
         self.url = server.url
         return server

@@ -549,13 +549,14 @@ async def _no_task_key(
         observation = trajectory.first.observation if trajectory.first else None
         found = named_task(observation) if rung is None else named_rung(observation)
         names.append(found[1] if found is not None else None)
+    what = "tasks" if rung is None else "difficulties"
+    named = f"named_{what}"
     measured: JsonObject = {
         "declared": declared[:20],
         "source": source,
         "reset_keys": list(keys),
-        "named_tasks" if rung is None else "named_difficulties": names,
+        named: names,
     }
-    what = "tasks" if rung is None else "difficulties"
     if len({n for n in names if n is not None}) >= 2:
         return skipped(
             f"the reset route takes no task, but successive resets serve different {what} "
@@ -580,5 +581,5 @@ async def _no_task_key(
         "Let reset() take the task's id (e.g. reset(task_id=...)) and select that task, "
         "raising ValueError naming the known ids for any other.",
         measured=measured,
-        evidence=[{"reset_keys": list(keys), f"named_{what}": names}],
+        evidence=[{"reset_keys": list(keys), named: names}],
     )

@@ -24,7 +24,6 @@ from taskhub.env._http import (
     retry_after,
 )
 from taskhub.env._launch import (
-    PORT_ATTEMPTS,
     EnvHandle,
     EnvTarget,
     LocalServer,
@@ -37,6 +36,7 @@ from taskhub.env._launch import (
     probe_wire,
     resolve_env,
     space_url,
+    start_server,
     wait_healthy,
 )
 from taskhub.env._pool import (
@@ -63,7 +63,6 @@ __all__ = [
     "HttpEnvSession",
     "LocalServer",
     "OPENENV_HTTP",
-    "PORT_ATTEMPTS",
     "PooledSession",
     "PortTaken",
     "ServedApp",
@@ -95,6 +94,7 @@ __all__ = [
     "retry_after",
     "space_url",
     "split_base_url",
+    "start_server",
     "tool_result",
     "wait_healthy",
 ]

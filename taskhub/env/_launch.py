@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -403,6 +403,7 @@ async def wait_healthy(
     sampled_at = started
     delay = 0.05
     last = "no answer"
+    taken = False  # another process answered on the launched server's port
     while True:
         now = time.monotonic()
         if server is not None and now - sampled_at >= window:
@@ -421,7 +422,7 @@ async def wait_healthy(
             deadline = min(limit, now + window)
             logger.info("%s is still starting (its CPU time rises): waiting on", base_url)
         if server is not None and server.process.poll() is not None:
-            if last.startswith("another process"):
+            if taken:
                 raise PortTaken(
                     f"env server {server.folder.name} could not bind port {server.port}: "
                     f"{last}. Its output ends with:\n{server.log_tail()}"
@@ -433,15 +434,16 @@ async def wait_healthy(
         try:
             response = await http.get(base_url + "/health", timeout=5.0)
             if server is not None and listens_on(server.process.pid, server.port) is False:
+                taken = True
                 last = f"another process answers on port {server.port}"
             elif response.status_code == 200:
                 return "/health"
-            else:
-                last = f"HTTP {response.status_code}"
-            if response.status_code == 404 and not last.startswith("another process"):
+            elif response.status_code == 404:
                 root = await http.get(base_url + "/", timeout=5.0)
                 logger.info("%s has no /health (404); / answered %d", base_url, root.status_code)
                 return "/" if root.status_code < 500 else "/health"
+            else:
+                last = f"HTTP {response.status_code}"
         except httpx.HTTPError as exc:
             last = type(exc).__name__
         await asyncio.sleep(delay)
@@ -453,6 +455,46 @@ async def wait_healthy(
         f"{base_url}/health did not answer 200 within {within} (last: {last}).{tail}",
         env_url=base_url,
     )
+
+
+async def start_server(
+    http: httpx.AsyncClient,
+    folder: Path,
+    *,
+    timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
+    on_launch: Callable[[LocalServer], None] | None = None,
+    **launch: Any,
+) -> tuple[LocalServer, str]:
+    """Launch the env in ``folder`` (``launch_server``) and wait until it answers.
+
+    A server whose port another process took first is launched again on a new port, up to
+    ``PORT_ATTEMPTS`` times; a server that fails otherwise is stopped.
+
+    Args:
+        http: The client that asks for its health.
+        folder: The env folder.
+        timeout: The startup deadline (``wait_healthy``).
+        on_launch: Called with each server launched, before it is healthy.
+        launch: ``launch_server``'s other arguments.
+
+    Returns:
+        The healthy server, and the path that said so.
+    """
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        server = launch_server(folder, **launch)
+        if on_launch is not None:
+            on_launch(server)
+        try:
+            return server, await wait_healthy(http, server.url, timeout=timeout, server=server)
+        except PortTaken as exc:
+            server.stop()
+            if attempt == PORT_ATTEMPTS:
+                raise
+            logger.warning("%s", exc)
+        except BaseException:
+            server.stop()
+            raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 #: Seconds the transport probe waits for ``/ws`` to answer its reset frame.
@@ -620,34 +662,22 @@ class EnvHandle:
                     f"built-in env {target.spec!r} needs the OpenEnv server library: "
                     "pip install 'taskhub-openenv[envs]'"
                 )
-            path = target.path
-            self.servers = [
-                launch_server(path, max_sessions=self.max_sessions, log_dir=self.log_dir)
-                for _ in range(self.replicas)
-            ]
-            for attempt in range(PORT_ATTEMPTS):
-                waits = await asyncio.gather(
-                    *(
-                        wait_healthy(self.http, s.url, timeout=self.startup_timeout, server=s)
-                        for s in self.servers
-                    ),
-                    return_exceptions=True,
-                )
-                failed = [w for w in waits if isinstance(w, BaseException)]
-                if not failed:
-                    break
-                others = [w for w in failed if not isinstance(w, PortTaken)]
-                if others:
-                    raise others[0]
-                if attempt == PORT_ATTEMPTS - 1:
-                    raise failed[0]
-                taken = [i for i, w in enumerate(waits) if isinstance(w, PortTaken)]
-                for index in taken:  # another process took its port: a new one
-                    logger.warning("%s", waits[index])
-                    self.servers[index].stop()
-                    self.servers[index] = launch_server(
-                        path, max_sessions=self.max_sessions, log_dir=self.log_dir
+            launched: list[LocalServer] = []
+            self.servers = launched  # every server launched: stop() ends them, whatever fails
+            started = await asyncio.gather(
+                *(
+                    start_server(
+                        self.http,
+                        target.path,
+                        timeout=self.startup_timeout,
+                        on_launch=launched.append,
+                        max_sessions=self.max_sessions,
+                        log_dir=self.log_dir,
                     )
+                    for _ in range(self.replicas)
+                )
+            )
+            self.servers = [server for server, _ in started]
             urls = [s.url for s in self.servers]
         else:
             assert target.url is not None
