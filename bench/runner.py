@@ -150,7 +150,9 @@ async def taskhub_run(
 CONTENDERS = ("taskhub", "openenv", "raw", "raw_fresh")
 
 
-async def bench(name: str, n: int, samples: int, repeats: int) -> list[dict[str, Any]]:
+async def bench(
+    name: str, n: int, samples: int, repeats: int, report: Callable[[dict[str, Any]], None]
+) -> list[dict[str, Any]]:
     server = launch_server(builtin_envs()[name], max_sessions=16)
     rows = []
     try:
@@ -185,6 +187,7 @@ async def bench(name: str, n: int, samples: int, repeats: int) -> list[dict[str,
                     row[f"{key}_eps"] = episodes / median[key]
                 row["vs_openenv"] = median["openenv"] / median["taskhub"]
                 row["vs_raw"] = median["raw"] / median["taskhub"]
+                report(row)
                 rows.append(row)
     finally:
         server.stop()
@@ -206,19 +209,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--envs", nargs="+", default=["gridworld", "arith", "ledger"])
     args = parser.parse_args()
-    rows = []
-    for name in args.envs:
-        rows += asyncio.run(bench(name, args.episodes, args.samples, args.repeats))
     header = f"{'env':<10} {'conc':>4} {'episodes':>8} {'steps':>6} " + " ".join(
         f"{k + ' ep/s':>14}" for k in CONTENDERS
     )
-    print(header + f" {'vs openenv':>10} {'vs raw':>7}")
-    for r in rows:
+    print(header + f" {'vs openenv':>10} {'vs raw':>7}", flush=True)
+
+    def report(r: dict[str, Any]) -> None:  # each row as it is measured: a long run shows progress
         print(
             f"{r['env']:<10} {r['concurrency']:>4} {r['episodes']:>8} {r['steps']:>6} "
             + " ".join(f"{r[k + '_eps']:>14.1f}" for k in CONTENDERS)
-            + f" {r['vs_openenv']:>10.2f} {r['vs_raw']:>7.2f}"
+            + f" {r['vs_openenv']:>10.2f} {r['vs_raw']:>7.2f}",
+            flush=True,
         )
+
+    rows = []
+    for name in args.envs:
+        rows += asyncio.run(bench(name, args.episodes, args.samples, args.repeats, report))
     worst_openenv = min(r["vs_openenv"] for r in rows)
     worst_raw = min(r["vs_raw"] for r in rows)
     ok = worst_openenv >= TARGET_OPENENV and worst_raw >= TARGET_RAW

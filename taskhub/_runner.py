@@ -85,7 +85,7 @@ logger = logging.getLogger(__name__)
 
 #: What ``--retry`` accepts, and the outcome of the episodes it runs again.
 RETRY_OUTCOMES = {"infra": "infra_error"}
-_LIBRARIES = ("httpx", "websockets", "pydantic", "jinja2", "huggingface-hub", "openenv")
+_LIBRARIES = ("aiohttp", "httpx", "websockets", "pydantic", "jinja2", "huggingface-hub", "openenv")
 
 
 class Progress(Protocol):

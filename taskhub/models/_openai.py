@@ -6,21 +6,25 @@ reply's ``tool_calls`` come back as ``Generation.tool_calls`` (several, in order
 llama.cpp without ``--jinja``, vLLM without ``--enable-auto-tool-choice`` or an Ollama model
 without tool support answer) switches the backend to text for the rest of the run: the same
 request is sent again as plain text, with the functions described in the system message.
+
+The transport is aiohttp: on this hot path (a call per turn, hundreds in flight) it spends a
+quarter to a third of httpx's CPU per request (`bench/overlap.py` prints taskhub's CPU per
+episode). It is imported by the first call, so runs without this backend never pay for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import email.utils
 import json
 import logging
 import math
 import random
 import time
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-
-import httpx
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from taskhub._errors import ConfigError, ModelAuthError, ModelError
 from taskhub._limits import loads_bounded
@@ -31,6 +35,9 @@ from taskhub._urls import redact_url, redact_urls_in
 from taskhub.models._base import GenerateRequest, Generation, ModelOptions, cut_reply
 from taskhub.models._chat import openai_messages, openai_tools, parse_tool_calls, text_messages
 
+if TYPE_CHECKING:
+    import aiohttp
+
 logger = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -40,7 +47,7 @@ MAX_BACKOFF_S = 30.0
 _TOOLS_REFUSED_STATUS = {400, 404, 422, 500, 501}
 
 
-def _retry_after(headers: httpx.Headers) -> float | None:
+def _retry_after(headers: Mapping[str, str]) -> float | None:
     value = headers.get("retry-after")
     if not value:
         return None
@@ -60,6 +67,17 @@ def _endpoint(base_url: str) -> str:
     parts = urlsplit(base_url)
     path = parts.path.rstrip("/") + "/chat/completions"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def _split_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``user:password@``, and the Basic ``Authorization`` they ask for."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, netloc = parts.netloc.rsplit("@", 1)
+    user, _, password = userinfo.partition(":")
+    pair = f"{unquote(user)}:{unquote(password)}".encode()
+    return urlunsplit(parts._replace(netloc=netloc)), "Basic " + base64.b64encode(pair).decode()
 
 
 def _token_count(usage: Any, key: str, shown: str) -> int:
@@ -96,14 +114,15 @@ class OpenAIChat:
         self.max_retries = options.max_retries
         self.max_reply_chars = options.max_reply_chars
         self.max_response_bytes = options.max_response_bytes
-        headers = {"Content-Type": "application/json"}
+        self._url, basic = _split_credentials(_endpoint(self.base_url))
+        self._headers = {"Content-Type": "application/json"}
         if options.api_key:
-            headers["Authorization"] = f"Bearer {options.api_key}"
-        self._http = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(options.timeout_s, connect=min(10.0, options.timeout_s)),
-            verify=default_ssl_context(),
-        )
+            self._headers["Authorization"] = f"Bearer {options.api_key}"
+        if basic is not None:  # credentials in the URL win over the key, as in httpx and curl
+            self._headers["Authorization"] = basic
+        self._connect_timeout_s = min(10.0, options.timeout_s)
+        #: Opened on the first call, in the event loop that makes it.
+        self._http: aiohttp.ClientSession | None = None
         self.details: JsonObject = {"endpoint": self.display_url}
         self.tool_option = options.tool_calling
         #: ``native`` while the server takes ``tools``; ``text`` when asked or after a refusal.
@@ -136,7 +155,9 @@ class OpenAIChat:
 
     async def generate(self, request: GenerateRequest) -> Generation:
         """Call the endpoint, retrying transient failures until the deadline."""
-        url = _endpoint(self.base_url)
+        import aiohttp  # imported by the first call's session; a lookup from then on
+
+        url = self._url
         shown = _endpoint(self.display_url)
         body = self._body(request)
         deadline = time.monotonic() + self.timeout_s
@@ -160,11 +181,11 @@ class OpenAIChat:
                 error, wait = problem
             except ModelError as exc:  # a malformed answer: retried like a 5xx
                 error = exc
-            except (TimeoutError, httpx.TimeoutException):
+            except TimeoutError:  # the call's deadline, or aiohttp's connect timeout
                 error = ModelError(f"{shown}: no answer within the {self.timeout_s:g}s deadline")
                 if time.monotonic() >= deadline:
                     raise error from None
-            except httpx.HTTPError as exc:
+            except (aiohttp.ClientError, OSError) as exc:  # refused, reset, malformed HTTP
                 error = ModelError(f"{shown}: {type(exc).__name__}: {redact_urls_in(str(exc))}")
             if not error.retryable or attempt > self.max_retries:
                 raise error
@@ -175,13 +196,26 @@ class OpenAIChat:
             logger.info("model call failed (%s); retry %d in %.1fs", error, attempt, delay)
             await asyncio.sleep(delay)
 
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            import aiohttp
+
+            self._http = aiohttp.ClientSession(
+                headers=self._headers,
+                # the call's deadline bounds the rest (asyncio.timeout in generate)
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
+                connector=aiohttp.TCPConnector(ssl=default_ssl_context()),
+                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as httpx and the openai SDK read them
+            )
+        return self._http
+
     async def _post(
         self, url: str, shown: str, body: dict[str, Any]
-    ) -> tuple[int, httpx.Headers, bytes]:
+    ) -> tuple[int, Mapping[str, str], bytes]:
         """POST ``body``; read at most ``max_response_bytes`` of the answer."""
-        async with self._http.stream("POST", url, json=body) as response:
+        async with self._session().post(url, json=body) as response:
             chunks, size = [], 0
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.content.iter_chunked(64 * 1024):
                 size += len(chunk)
                 if size > self.max_response_bytes:
                     raise ModelError(
@@ -189,7 +223,7 @@ class OpenAIChat:
                         "chat completion this run can use"
                     )
                 chunks.append(chunk)
-        return response.status_code, response.headers, b"".join(chunks)
+            return response.status, response.headers, b"".join(chunks)
 
     def _refuses_tools(self, status: int, content: bytes, shown: str) -> bool:
         """Whether the server refused the request's tools; under ``auto``, switch to text."""
@@ -213,7 +247,7 @@ class OpenAIChat:
         return True
 
     def _problem(
-        self, status: int, headers: httpx.Headers, content: bytes, shown: str
+        self, status: int, headers: Mapping[str, str], content: bytes, shown: str
     ) -> tuple[ModelError, float | None] | None:
         if status < 400:
             return None
@@ -265,7 +299,9 @@ class OpenAIChat:
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
 
 @model_backend("openai")
