@@ -178,6 +178,7 @@ def iter_results_tables(
     block_bytes: int = BLOCK_BYTES,
     one_per_episode: bool = True,
     task_fields: Sequence[str] = (),
+    _kept: tuple[Any, int, int] | None = None,
 ) -> Iterator[pyarrow.Table]:
     """Yield the records of a results file or run directory as Arrow tables, in file order.
 
@@ -218,7 +219,7 @@ def iter_results_tables(
         # task rows are read from the records themselves, block by block
         read = results_schema([*schema.names, "record_json"])
     for table in _one_per_episode_tables(
-        path, read, validate, batch_rows, block_bytes, one_per_episode
+        path, read, validate, batch_rows, block_bytes, one_per_episode, _kept
     ):
         if fields:
             table = _with_task_fields(path, table, fields, keep_json=read is schema)
@@ -232,6 +233,7 @@ def _one_per_episode_tables(
     batch_rows: int,
     block_bytes: int,
     one_per_episode: bool,
+    kept: tuple[Any, int, int] | None = None,
 ) -> Iterator[pyarrow.Table]:
     tables = _tables(path, schema, validate, batch_rows, block_bytes)
     if not one_per_episode:
@@ -239,7 +241,7 @@ def _one_per_episode_tables(
         return
     import pyarrow as pa
 
-    keep = _kept_rows(path, block_bytes)
+    keep = (kept or _kept_rows(path, block_bytes))[0]
     if keep is None:
         yield from tables
         return
@@ -376,17 +378,36 @@ def read_results_table(
         ResultsError: A complete line is not a valid record (its number is named).
         ValueError: A column is unknown.
     """
+    return _read_counted(path, validate, columns, task_fields)[0]
+
+
+def read_results_table_dropped(
+    path: Path, *, columns: Sequence[str] | None = None, task_fields: Sequence[str] = ()
+) -> tuple[pyarrow.Table, int, int]:
+    """``read_results_table`` and ``dropped_records`` of one file, its keys read once."""
+    return _read_counted(path, False, columns, task_fields)
+
+
+def _read_counted(
+    path: Path, validate: bool, columns: Sequence[str] | None, task_fields: Sequence[str]
+) -> tuple[pyarrow.Table, int, int]:
     import pyarrow as pa
 
+    file = _results_file(path)
+    kept = (None, 0, 0)
+    if file.is_file() and file.stat().st_size > 0:
+        kept = _kept_rows(file, BLOCK_BYTES)
     tables = list(
-        iter_results_tables(path, columns=columns, validate=validate, task_fields=task_fields)
+        iter_results_tables(
+            path, columns=columns, validate=validate, task_fields=task_fields, _kept=kept
+        )
     )
     if not tables:
         empty = results_schema(columns).empty_table()
         for field in dict.fromkeys(task_fields):
             empty = empty.append_column(task_field_column(field), pa.array([], pa.string()))
-        return empty
-    return pa.concat_tables(tables).combine_chunks()
+        return empty, 0, 0
+    return pa.concat_tables(tables).combine_chunks(), kept[1], kept[2]
 
 
 #: Columns that name a record's episode and decide which of its records is kept.
@@ -406,11 +427,11 @@ def dropped_records(path: Path) -> tuple[int, int]:
     return duplicates, retried
 
 
-def _kept_rows(path: Path, block_bytes: int) -> Any:
+def _kept_rows(path: Path, block_bytes: int) -> tuple[Any, int, int]:
     """A boolean mask over every record of ``path``: the one kept for each (task, sample).
 
-    ``None`` when every episode has one record (the usual case: nothing to drop). Dropped
-    records are logged as ``read_results`` logs them.
+    ``None`` when every episode has one record (the usual case: nothing to drop); then the
+    counts of ``dropped_records``. Dropped records are logged as ``read_results`` logs them.
     """
     keep, duplicates, retried = _one_per_episode(path, block_bytes)
     if duplicates:
@@ -422,7 +443,7 @@ def _kept_rows(path: Path, block_bytes: int) -> Any:
         )
     if retried:
         logger.info("%s: %d infra-error attempt(s) replaced by a retry", path, retried)
-    return keep
+    return keep, duplicates, retried
 
 
 def _one_per_episode(path: Path, block_bytes: int) -> tuple[Any, int, int]:

@@ -22,7 +22,7 @@ from taskhub._cli.merge import merge_command
 from taskhub._comparability import comparability
 from taskhub._errors import TaskhubError
 from taskhub._results import SUMMARY_COLUMNS, read_manifest, summarize, summarize_groups
-from taskhub._results_table import dropped_records, read_results_table
+from taskhub._results_table import read_results_table_dropped
 
 app = typer.Typer(help="Read run directories and publish them.", no_args_is_help=True)
 app.command("merge")(merge_command)
@@ -56,8 +56,9 @@ def show(
         manifest = read_manifest(run_dir)
         # columns, not records: a run of a million episodes fits in memory this way (task
         # fields for --by are read from the records block by block, the rest of them skipped)
-        table = read_results_table(run_dir, columns=SUMMARY_COLUMNS, task_fields=fields)
-        duplicates, retried = dropped_records(run_dir)
+        table, duplicates, retried = read_results_table_dropped(
+            run_dir, columns=SUMMARY_COLUMNS, task_fields=fields
+        )
     except TaskhubError as exc:
         raise fail(exc) from None
     config = comparability(manifest)

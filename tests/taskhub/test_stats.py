@@ -109,6 +109,24 @@ def test_mean_ci_matches_scipy_t_interval() -> None:
     assert mean == pytest.approx(np.mean(VALUES))
 
 
+def test_a_large_clustered_mean_ci_matches_statsmodels_cluster_robust_errors() -> None:
+    # 20k values on 5k tasks: task codes (ints) take the vectorised grouping, the same tasks
+    # named by strings the Python loop; both are statsmodels' cluster-robust standard error.
+    import statsmodels.api as sm
+
+    rng = np.random.default_rng(7)
+    codes = np.repeat(np.arange(5000), 4)
+    rng.shuffle(codes)
+    values = np.clip(rng.normal(0.4, 0.3, codes.size) + codes % 7 / 20, 0, 1)
+    fit = sm.OLS(values, np.ones(codes.size)).fit(cov_type="cluster", cov_kwds={"groups": codes})
+    by_code = mean_ci(values.tolist(), codes.tolist())
+    by_name = mean_ci(values.tolist(), [f"task-{c}" for c in codes.tolist()])
+    assert by_code[1] == pytest.approx(float(fit.bse[0]), rel=1e-9)
+    assert by_code == pytest.approx(by_name, rel=1e-12)
+    with pytest.raises(ValueError, match="20000 values but 19999 clusters"):
+        mean_ci(values.tolist(), codes.tolist()[:-1])
+
+
 def test_wilson_matches_statsmodels() -> None:
     for successes, n in [(0, 10), (3, 8), (10, 10), (47, 120)]:
         ref = proportion_confint(successes, n, alpha=0.05, method="wilson")
