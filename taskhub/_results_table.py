@@ -178,7 +178,6 @@ def iter_results_tables(
     block_bytes: int = BLOCK_BYTES,
     one_per_episode: bool = True,
     task_fields: Sequence[str] = (),
-    _kept: tuple[Any, int, int] | None = None,
 ) -> Iterator[pyarrow.Table]:
     """Yield the records of a results file or run directory as Arrow tables, in file order.
 
@@ -219,7 +218,7 @@ def iter_results_tables(
         # task rows are read from the records themselves, block by block
         read = results_schema([*schema.names, "record_json"])
     for table in _one_per_episode_tables(
-        path, read, validate, batch_rows, block_bytes, one_per_episode, _kept
+        path, read, validate, batch_rows, block_bytes, one_per_episode
     ):
         if fields:
             table = _with_task_fields(path, table, fields, keep_json=read is schema)
@@ -233,7 +232,6 @@ def _one_per_episode_tables(
     batch_rows: int,
     block_bytes: int,
     one_per_episode: bool,
-    kept: tuple[Any, int, int] | None = None,
 ) -> Iterator[pyarrow.Table]:
     tables = _tables(path, schema, validate, batch_rows, block_bytes)
     if not one_per_episode:
@@ -241,7 +239,7 @@ def _one_per_episode_tables(
         return
     import pyarrow as pa
 
-    keep = (kept or _kept_rows(path, block_bytes))[0]
+    keep = _kept_rows(path, block_bytes)[0]
     if keep is None:
         yield from tables
         return
@@ -393,13 +391,15 @@ def _read_counted(
 ) -> tuple[pyarrow.Table, int, int]:
     import pyarrow as pa
 
-    file = _results_file(path)
-    kept = (None, 0, 0)
-    if file.is_file() and file.stat().st_size > 0:
-        kept = _kept_rows(file, BLOCK_BYTES)
+    names = results_schema(columns).names
     tables = list(
         iter_results_tables(
-            path, columns=columns, validate=validate, task_fields=task_fields, _kept=kept
+            path,
+            columns=columns,
+            validate=validate,
+            task_fields=task_fields,
+            # with the key columns asked for, the kept rows are found in the table itself
+            one_per_episode=not set(_KEY_COLUMNS) <= set(names),
         )
     )
     if not tables:
@@ -407,7 +407,11 @@ def _read_counted(
         for field in dict.fromkeys(task_fields):
             empty = empty.append_column(task_field_column(field), pa.array([], pa.string()))
         return empty, 0, 0
-    return pa.concat_tables(tables).combine_chunks(), kept[1], kept[2]
+    table = pa.concat_tables(tables).combine_chunks()
+    if not set(_KEY_COLUMNS) <= set(names):
+        return table, *dropped_records(path)
+    keep, duplicates, retried = _logged(_results_file(path), *_keep_mask(table))
+    return (table if keep is None else table.filter(pa.array(keep))), duplicates, retried
 
 
 #: Columns that name a record's episode and decide which of its records is kept.
@@ -433,7 +437,10 @@ def _kept_rows(path: Path, block_bytes: int) -> tuple[Any, int, int]:
     ``None`` when every episode has one record (the usual case: nothing to drop); then the
     counts of ``dropped_records``. Dropped records are logged as ``read_results`` logs them.
     """
-    keep, duplicates, retried = _one_per_episode(path, block_bytes)
+    return _logged(path, *_one_per_episode(path, block_bytes))
+
+
+def _logged(path: Path, keep: Any, duplicates: int, retried: int) -> tuple[Any, int, int]:
     if duplicates:
         logger.warning(
             "%s: dropped %d duplicate record(s) of episodes recorded twice (two writers at "
@@ -448,14 +455,20 @@ def _kept_rows(path: Path, block_bytes: int) -> tuple[Any, int, int]:
 
 def _one_per_episode(path: Path, block_bytes: int) -> tuple[Any, int, int]:
     """The mask of ``_kept_rows`` (``None``: keep all), duplicates and retried attempts."""
-    import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     parts = list(_tables(path, results_schema(_KEY_COLUMNS), False, BATCH_ROWS, block_bytes))
     if not parts:
         return None, 0, 0
-    table = pa.concat_tables(parts).combine_chunks()
+    return _keep_mask(pa.concat_tables(parts).combine_chunks())
+
+
+def _keep_mask(table: pyarrow.Table) -> tuple[Any, int, int]:
+    """``_one_per_episode`` of a table holding the ``_KEY_COLUMNS`` of every record."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     n = table.num_rows
     if n < 2:
         return None, 0, 0
