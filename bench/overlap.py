@@ -5,7 +5,10 @@ A loopback OpenAI-compatible model server (its own process) answers every chat c
 The reference env server is launched once. The same 64 arith episodes (one model call each)
 run at 1 and at 8 concurrent sessions, interleaved, and the bench prints the median wall time
 of each, the speed-up (target >= 7x), and where the time went: the run's fixed cost (taskset,
-env probing, manifest; measured by a 1-episode run) and the per-episode time beyond the model's.
+env probing, manifest; measured by a 1-episode run), the per-episode time beyond the model's,
+and the CPU each process spent per episode: taskhub's (this process), the env server's and the
+model server's (read from /proc). All three share the machine's cores: at 8 sessions taskhub's
+CPU per episode, times 8, is what each round of episodes adds to the model's reply time.
 
     python bench/overlap.py [--episodes 64] [--delay-ms 50] [--repeats 5]
 """
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
+import os
 import statistics
 import subprocess
 import sys
@@ -76,10 +81,25 @@ def serve_model(port: int, delay_s: float) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user and system) process ``pid`` has used, from /proc; NaN elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def run(
-    env_url: str, model_url: str, episodes: int, concurrency: int, out: Path
-) -> tuple[float, float]:
-    """Wall and CPU seconds of one run (the CPU of this process: taskhub, not the servers)."""
+    env_url: str,
+    model_url: str,
+    episodes: int,
+    concurrency: int,
+    out: Path,
+    servers: tuple[int, int] = (0, 0),
+) -> tuple[float, float, float, float]:
+    """Wall and CPU seconds of one run: this process's (taskhub), then the env server's and the
+    model server's (``servers``: their pids)."""
     config = EvalConfig(
         model="openai/loopback",
         base_url=model_url,
@@ -91,12 +111,14 @@ async def run(
         concurrency=concurrency,
         max_sessions_per_env=concurrency,
     )
+    before = [process_cpu(pid) for pid in servers]
     started, cpu = time.perf_counter(), time.process_time()
     result = await evaluate_async(config, output_dir=out)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    env_cpu, model_cpu = (process_cpu(pid) - b for pid, b in zip(servers, before, strict=True))
     assert result.summary.n_episodes == episodes, result.summary
     assert result.summary.outcomes["infra_error"] == 0, result.summary.outcomes
-    return elapsed, cpu
+    return elapsed, cpu, env_cpu, model_cpu
 
 
 async def bench(episodes: int, delay_s: float, repeats: int) -> None:
@@ -112,30 +134,35 @@ async def bench(episodes: int, delay_s: float, repeats: int) -> None:
             await wait_healthy(http, model_url)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
-            times: dict[str, list[tuple[float, float]]] = {"1": [], "8": [], "fixed": []}
+            times: dict[str, list[tuple[float, ...]]] = {"1": [], "8": [], "fixed": []}
+            pids = (env.process.pid, model.pid)
             await run(env.url, model_url + "/v1", 8, 8, out)  # warm up
             for _ in range(repeats):  # interleaved, so drift hits both alike
-                times["1"].append(await run(env.url, model_url + "/v1", episodes, 1, out))
-                times["8"].append(await run(env.url, model_url + "/v1", episodes, 8, out))
-                times["fixed"].append(await run(env.url, model_url + "/v1", 1, 1, out))
+                for key, n, sessions in (("1", episodes, 1), ("8", episodes, 8), ("fixed", 1, 1)):
+                    times[key].append(await run(env.url, model_url + "/v1", n, sessions, out, pids))
     finally:
         model.terminate()
         model.wait(10)
         env.stop()
-    wall = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
-    cpu = {k: statistics.median(c for _, c in v) for k, v in times.items()}
+    wall = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
+    cpu = {k: statistics.median(t[1] for t in v) for k, v in times.items()}
+    servers = {k: [statistics.median(t[i] for t in v) for i in (2, 3)] for k, v in times.items()}
     one, eight = wall["1"], wall["8"]
     fixed_run = wall["fixed"] - delay_s  # a 1-episode run minus its one model call
     print(f"{episodes} episodes, model reply {delay_s * 1e3:.0f} ms, median of {repeats}")
     print(
         f"{'sessions':>8} {'wall s':>8} {'ideal s':>8} {'beyond model/ep ms':>19} "
-        f"{'taskhub CPU/ep ms':>18}"
+        f"{'CPU/ep ms: taskhub':>18} {'env':>5} {'model':>5}"
     )
     for n in (1, 8):
         ideal = episodes / n * delay_s
         beyond = (wall[str(n)] - fixed_run - ideal) / (episodes / n) * 1e3
         per_episode = (cpu[str(n)] - cpu["fixed"]) / (episodes - 1) * 1e3
-        print(f"{n:>8} {wall[str(n)]:>8.2f} {ideal:>8.2f} {beyond:>19.1f} {per_episode:>18.2f}")
+        env_ms, model_ms = (c / episodes * 1e3 for c in servers[str(n)])
+        print(
+            f"{n:>8} {wall[str(n)]:>8.2f} {ideal:>8.2f} {beyond:>19.1f} {per_episode:>18.2f} "
+            f"{env_ms:>5.2f} {model_ms:>5.2f}"
+        )
     print(
         f"fixed cost of a run (taskset, env probe, manifest): {fixed_run * 1e3:.0f} ms wall, "
         f"{cpu['fixed'] * 1e3:.0f} ms CPU"

@@ -24,6 +24,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, overload
 
@@ -335,15 +336,47 @@ class _Table(_Source):
     def __init__(self, table: pyarrow.Table, where: _Where) -> None:
         self.table = table
         self.where = where
+        self.nulls = _null_columns(table)
 
     def tasks(self, positions: list[int], split: str) -> list[Task]:
         import pyarrow as pa
 
         rows = self.table.take(pa.array(positions, pa.int64())).to_pylist()
         return [
-            _task(_stripped(row), split, self.where[p])
+            _task(_stripped(row, self.nulls), split, self.where[p])
             for row, p in zip(rows, positions, strict=True)
         ]
+
+
+def _null_columns(table: pyarrow.Table) -> _Nulls:
+    """Which columns hold a null at their top level, and which below it (see ``_stripped``)."""
+    top = frozenset(name for name in table.column_names if table[name].null_count)
+    nested = frozenset(
+        name
+        for name in ("reset", "metadata", "oracle_actions")
+        if name in table.column_names and any(_nulls_below(chunk) for chunk in table[name].chunks)
+    )
+    return _Nulls(top, nested)
+
+
+def _nulls_below(array: pyarrow.Array) -> bool:
+    """Whether a struct or list array holds a null anywhere below its own values."""
+    import pyarrow as pa
+
+    kind = array.type
+    if pa.types.is_struct(kind):
+        children = [array.field(i) for i in range(kind.num_fields)]
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        children = [array.flatten()]
+    else:
+        return False
+    return any(child.null_count or _nulls_below(child) for child in children)
+
+
+@dataclass(frozen=True)
+class _Nulls:
+    top: frozenset[str]
+    nested: frozenset[str]
 
 
 def _strip_nulls(value: Any) -> Any:
@@ -354,13 +387,15 @@ def _strip_nulls(value: Any) -> Any:
     return value
 
 
-def _stripped(row: dict[str, Any]) -> dict[str, Any]:
-    """A parquet row as a JSON row: Arrow gives every row every key, null where it had none."""
-    return {
-        k: _strip_nulls(v) if k in ("reset", "metadata", "oracle_actions") else v
-        for k, v in row.items()
-        if v is not None
-    }
+def _stripped(row: dict[str, Any], nulls: _Nulls) -> dict[str, Any]:
+    """A parquet row as a JSON row: Arrow gives every row every key, null where it had none.
+
+    Only the columns ``nulls`` names can hold one: a taskset whose rows share their keys is
+    taken as it is.
+    """
+    if not nulls.top and not nulls.nested:
+        return row
+    return {k: _strip_nulls(v) if k in nulls.nested else v for k, v in row.items() if v is not None}
 
 
 def parquet_rows(split: str, paths: Sequence[Path]) -> TaskRows | None:
@@ -391,9 +426,12 @@ def parquet_rows(split: str, paths: Sequence[Path]) -> TaskRows | None:
     hashes: list[str] = []
     # msgspec writes the canonical text unless a float is below 1e-4 or from 1e16 up
     plain = all(_plain_floats(table[name]) for name in table.column_names)
+    source = _Table(table, where)
     for batch in table.to_batches(max_chunksize=_BATCH * 16):
-        hashes.extend([content_hash(_stripped(row), plain=plain) for row in batch.to_pylist()])
-    return TaskRows(split, _Table(table, where), ids, hashes)
+        hashes.extend(
+            [content_hash(_stripped(row, source.nulls), plain=plain) for row in batch.to_pylist()]
+        )
+    return TaskRows(split, source, ids, hashes)
 
 
 def _columns_fit(table: pyarrow.Table) -> bool:
