@@ -376,19 +376,25 @@ def read_results_table(
         ResultsError: A complete line is not a valid record (its number is named).
         ValueError: A column is unknown.
     """
-    return _read_counted(path, validate, columns, task_fields)[0]
+    return _read_counted(path, validate, columns, task_fields, counted=False)[0]
 
 
 def read_results_table_dropped(
     path: Path, *, columns: Sequence[str] | None = None, task_fields: Sequence[str] = ()
 ) -> tuple[pyarrow.Table, int, int]:
     """``read_results_table`` and ``dropped_records`` of one file, its keys read once."""
-    return _read_counted(path, False, columns, task_fields)
+    return _read_counted(path, False, columns, task_fields, counted=True)
 
 
 def _read_counted(
-    path: Path, validate: bool, columns: Sequence[str] | None, task_fields: Sequence[str]
+    path: Path,
+    validate: bool,
+    columns: Sequence[str] | None,
+    task_fields: Sequence[str],
+    *,
+    counted: bool,
 ) -> tuple[pyarrow.Table, int, int]:
+    """The table, and (when ``counted``, else zeros) what ``dropped_records`` counts."""
     import pyarrow as pa
 
     names = results_schema(columns).names
@@ -409,7 +415,7 @@ def _read_counted(
         return empty, 0, 0
     table = pa.concat_tables(tables).combine_chunks()
     if not set(_KEY_COLUMNS) <= set(names):
-        return table, *dropped_records(path)
+        return (table, *dropped_records(path)) if counted else (table, 0, 0)
     keep, duplicates, retried = _logged(_results_file(path), *_keep_mask(table))
     return (table if keep is None else table.filter(pa.array(keep))), duplicates, retried
 

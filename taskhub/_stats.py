@@ -96,7 +96,7 @@ def _deviation_sums(
     """The sum of ``x - mean`` over each cluster's values (one per cluster, in any order)."""
     if len(values) != len(clusters):
         raise ValueError(f"{len(values)} values but {len(clusters)} clusters")
-    if len(values) >= _VECTOR_MIN and all(type(c) is int for c in clusters[:1]):
+    if len(values) >= _VECTOR_MIN and type(clusters[0]) is int:
         import numpy as np
 
         codes = np.asarray(clusters)
