@@ -7,7 +7,6 @@ last line; ``--resume`` truncates it before appending.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import math
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from 3.12
 
 from taskhub._errors import ResultsError
 from taskhub._results_table import EPISODES as EPISODES
@@ -265,6 +265,20 @@ class TaskSummary(BaseModel):
 
 
 _TASK_SUMMARIES = TypeAdapter(list[TaskSummary])
+
+
+class _TaskRow(TypedDict):
+    """A ``TaskSummary`` as a plain row (``summarize_rows``), serialized as the model is."""
+
+    task_id: str
+    n: int
+    scored: int
+    mean_reward: float | None
+    successes: int
+    pass_rate: float | None
+
+
+_TASK_ROWS = TypeAdapter(list[_TaskRow])
 
 
 class ComponentSummary(BaseModel):
@@ -517,6 +531,40 @@ def summarize(
     Raises:
         ValueError: A table lacks one of ``SUMMARY_COLUMNS``.
     """
+    summary, rows = summarize_rows(records, n_planned=n_planned, comparability=comparability)
+    # Validated from plain rows in pydantic's core, 10k tasks at a time (a million-episode run
+    # has 250k tasks: a model built per task from Python costs 4x as much).
+    for start in range(0, len(rows), 10_000):
+        summary.per_task += _TASK_SUMMARIES.validate_python(rows[start : start + 10_000])
+    return summary
+
+
+def summary_json(summary: RunSummary, rows: list[dict[str, Any]], *, indent: int = 2) -> str:
+    """The text of ``summary.model_dump_json(indent=indent)``, ``rows`` as its ``per_task``.
+
+    ``rows`` are ``summarize_rows``'s: the text is the same without a model per task.
+    """
+    body = summary.model_dump_json(indent=indent)
+    if not rows:
+        return body
+    if summary.per_task:
+        raise ValueError("summary_json takes a summary whose per_task is left empty")
+    tasks = _TASK_ROWS.dump_json(rows, indent=indent).decode()  # type: ignore[arg-type]
+    tasks = tasks.replace("\n", "\n" + " " * indent)  # one level deeper, inside the summary
+    return body.replace('"per_task": []', '"per_task": ' + tasks, 1)
+
+
+def summarize_rows(
+    records: Sequence[EpisodeRecord] | pyarrow.Table,
+    *,
+    n_planned: int | None = None,
+    comparability: Comparability | None = None,
+) -> tuple[RunSummary, list[dict[str, Any]]]:
+    """``summarize``, its ``per_task`` left empty and given apart as plain rows (sorted by id).
+
+    For a reader that only writes them out (``results show --json``): a quarter of a million
+    ``TaskSummary`` models take seconds to build and hundreds of megabytes to hold.
+    """
     import numpy as np
     import pyarrow.compute as pc
 
@@ -548,32 +596,25 @@ def summarize(
     with np.errstate(invalid="ignore", divide="ignore"):  # no reward / no judged episode: None
         task_means = np.where(task_rewarded > 0, reward_sum / task_rewarded, np.nan)
         pass_rates = np.where(task_judged > 0, task_successes / task_judged, np.nan)
-    # Validated from plain columns in pydantic's core, 10k tasks at a time (a million-episode
-    # run has 250k tasks: a model built per task from Python costs 4x as much).
-    columns = zip(
-        order,
-        count[order].tolist(),
-        scored[order].astype(np.int64).tolist(),
-        task_means[order].tolist(),
-        task_successes[order].tolist(),
-        pass_rates[order].tolist(),
-        strict=True,
-    )
-    per_task: list[TaskSummary] = []
-    while batch := list(itertools.islice(columns, 10_000)):
-        per_task += _TASK_SUMMARIES.validate_python(
-            [
-                {
-                    "task_id": names[i],
-                    "n": n_i,
-                    "scored": s_i,
-                    "mean_reward": None if math.isnan(m_i) else m_i,  # none rewarded
-                    "successes": c_i,
-                    "pass_rate": None if math.isnan(p_i) else p_i,  # none judged
-                }
-                for i, n_i, s_i, m_i, c_i, p_i in batch
-            ]
+    rows = [
+        {
+            "task_id": names[i],
+            "n": n_i,
+            "scored": s_i,
+            "mean_reward": None if math.isnan(m_i) else m_i,  # none rewarded
+            "successes": c_i,
+            "pass_rate": None if math.isnan(p_i) else p_i,  # none judged
+        }
+        for i, n_i, s_i, m_i, c_i, p_i in zip(
+            order,
+            count[order].tolist(),
+            scored[order].astype(np.int64).tolist(),
+            task_means[order].tolist(),
+            task_successes[order].tolist(),
+            pass_rates[order].tolist(),
+            strict=True,
         )
+    ]
     passk: dict[str, float] = {}
     usable = task_judged > 0
     if usable.any():
@@ -592,7 +633,7 @@ def summarize(
     steps = table["num_steps"].to_numpy()[not_infra]
     completion = int(pc.sum(table["completion_tokens"]).as_py() or 0)
     model_time = math.fsum(table["model_time_s"].to_numpy().tolist())
-    return RunSummary(
+    summary = RunSummary(
         n_episodes=n,
         n_planned=n_planned,
         n_tasks=tasks,
@@ -613,7 +654,6 @@ def summarize(
             "calls": int(pc.sum(table["model_calls"]).as_py() or 0),
         },
         mean_duration_s=math.fsum(table["duration_s"].to_numpy().tolist()) / n if n else None,
-        per_task=per_task,
         model_time_s=model_time,
         queue_time_s=math.fsum(table["queue_time_s"].to_numpy().tolist()),
         tokens_per_s=completion / model_time if completion and model_time > 0 else None,
@@ -622,6 +662,7 @@ def summarize(
         components=_table_components(table, codes, component_ranges),
         model_cache=_cache_counts(table),
     )
+    return summary, rows
 
 
 def _cache_counts(table: pyarrow.Table) -> dict[str, int] | None:

@@ -21,7 +21,14 @@ from taskhub._cli._render import (
 from taskhub._cli.merge import merge_command
 from taskhub._comparability import comparability
 from taskhub._errors import TaskhubError
-from taskhub._results import SUMMARY_COLUMNS, read_manifest, summarize, summarize_groups
+from taskhub._results import (
+    SUMMARY_COLUMNS,
+    read_manifest,
+    summarize,
+    summarize_groups,
+    summarize_rows,
+    summary_json,
+)
 from taskhub._results_table import read_results_table_dropped
 
 app = typer.Typer(help="Read run directories and publish them.", no_args_is_help=True)
@@ -62,9 +69,12 @@ def show(
     except TaskhubError as exc:
         raise fail(exc) from None
     config = comparability(manifest)
-    summary = summarize(table, n_planned=manifest.n_planned, comparability=config)
     groups = {field: summarize_groups(table, field, comparability=config) for field in fields}
     if as_json:
+        # the per-task rows are written as they are, without a TaskSummary each
+        summary, task_rows = summarize_rows(
+            table, n_planned=manifest.n_planned, comparability=config
+        )
         head = json.dumps(
             {
                 "run_dir": str(run_dir),
@@ -87,9 +97,10 @@ def show(
             indent=2,
         )
         # pydantic's own encoder: a summary of many tasks is written in a fraction of the time
-        body = summary.model_dump_json(indent=2).replace("\n", "\n  ")
+        body = summary_json(summary, task_rows).replace("\n", "\n  ")
         typer.echo(head.removesuffix("null\n}") + body + "\n}")
         return
+    summary = summarize(table, n_planned=manifest.n_planned, comparability=config)
     if duplicates:
         typer.echo(
             f"note: dropped {duplicates} duplicate record(s): some episodes were recorded "

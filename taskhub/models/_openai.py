@@ -157,6 +157,7 @@ class OpenAIChat:
         """Call the endpoint, retrying transient failures until the deadline."""
         import aiohttp  # imported by the first call's session; a lookup from then on
 
+        self._session()  # opened (TLS context, pool) before the call's deadline starts
         url = self._url
         shown = _endpoint(self.display_url)
         body = self._body(request)

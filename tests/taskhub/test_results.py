@@ -22,7 +22,7 @@ from taskhub import (
     wilson_interval,
     write_results,
 )
-from taskhub._results import repair_results
+from taskhub._results import repair_results, summarize_rows, summary_json
 from taskhub._stats import t_critical_95
 
 
@@ -156,6 +156,26 @@ def test_summary_counts_errors_with_denominators() -> None:
     assert summary.pass_at_k == {"pass@1": pytest.approx(0.5)}
     by_task = {t.task_id: t for t in summary.per_task}
     assert by_task["b"].n == 2 and by_task["b"].scored == 1 and by_task["b"].pass_rate == 1.0
+
+
+def test_summary_json_from_rows_is_the_summary_models_own_text() -> None:
+    # what `results show --json` writes without a TaskSummary per task: None where a task has
+    # no reward or no judged episode, ids out of order in the records
+    records = [
+        record("b", 0, 1.0),
+        record("a", 0, 0.25, success=False),
+        record("c", 0, None, outcome="infra_error", success=False),
+        record("a", 1, 0.5, success=False),
+    ]
+    records[2] = records[2].model_copy(update={"success": None})
+    summary, rows = summarize_rows(records, n_planned=5)
+    assert summary.per_task == [] and [r["task_id"] for r in rows] == ["a", "b", "c"]
+    assert rows[2]["mean_reward"] is None and rows[2]["pass_rate"] is None
+    whole = summarize(records, n_planned=5)
+    for indent in (2, 4):
+        assert summary_json(summary, rows, indent=indent) == whole.model_dump_json(indent=indent)
+    with pytest.raises(ValueError, match="per_task is left empty"):
+        summary_json(whole, rows)
 
 
 def test_jsonl_round_trip_and_torn_last_line(tmp_path: Path) -> None:
