@@ -397,15 +397,15 @@ def _read_counted(
     """The table, and (when ``counted``, else zeros) what ``dropped_records`` counts."""
     import pyarrow as pa
 
-    names = results_schema(columns).names
+    # with the key columns asked for, the kept rows are found in the table itself
+    keyed = set(_KEY_COLUMNS) <= set(results_schema(columns).names)
     tables = list(
         iter_results_tables(
             path,
             columns=columns,
             validate=validate,
             task_fields=task_fields,
-            # with the key columns asked for, the kept rows are found in the table itself
-            one_per_episode=not set(_KEY_COLUMNS) <= set(names),
+            one_per_episode=not keyed,
         )
     )
     if not tables:
@@ -414,7 +414,7 @@ def _read_counted(
             empty = empty.append_column(task_field_column(field), pa.array([], pa.string()))
         return empty, 0, 0
     table = pa.concat_tables(tables).combine_chunks()
-    if not set(_KEY_COLUMNS) <= set(names):
+    if not keyed:
         return (table, *dropped_records(path)) if counted else (table, 0, 0)
     keep, duplicates, retried = _logged(_results_file(path), *_keep_mask(table))
     return (table if keep is None else table.filter(pa.array(keep))), duplicates, retried

@@ -103,11 +103,12 @@ def _deviation_sums(
         if codes.dtype.kind in "iu":  # task codes, as summaries pass them
             _, inverse = np.unique(codes, return_inverse=True)
             deviations = np.asarray(values, dtype=np.float64) - mean
-            return list(np.bincount(inverse, weights=deviations).tolist())
-    sums: dict[Hashable, list[float]] = {}
+            sums: list[float] = np.bincount(inverse, weights=deviations).tolist()
+            return sums
+    groups: dict[Hashable, list[float]] = {}
     for value, cluster in zip(values, clusters, strict=True):
-        sums.setdefault(cluster, []).append(value - mean)
-    return [math.fsum(group) for group in sums.values()]
+        groups.setdefault(cluster, []).append(value - mean)
+    return [math.fsum(group) for group in groups.values()]
 
 
 def clustered_interval(

@@ -115,6 +115,7 @@ class OpenAIChat:
         self.max_reply_chars = options.max_reply_chars
         self.max_response_bytes = options.max_response_bytes
         self._url, basic = _split_credentials(_endpoint(self.base_url))
+        self._shown = _endpoint(self.display_url)  # the endpoint as errors name it
         self._headers = {"Content-Type": "application/json"}
         if options.api_key:
             self._headers["Authorization"] = f"Bearer {options.api_key}"
@@ -157,9 +158,8 @@ class OpenAIChat:
         """Call the endpoint, retrying transient failures until the deadline."""
         import aiohttp  # imported by the first call's session; a lookup from then on
 
-        self._session()  # opened (TLS context, pool) before the call's deadline starts
-        url = self._url
-        shown = _endpoint(self.display_url)
+        session = self._session()  # opened (TLS context, pool) before the deadline starts
+        url, shown = self._url, self._shown
         body = self._body(request)
         deadline = time.monotonic() + self.timeout_s
         attempt = 0
@@ -171,7 +171,7 @@ class OpenAIChat:
                 if remaining <= 0:
                     raise TimeoutError
                 async with asyncio.timeout(remaining):
-                    status, headers, content = await self._post(url, shown, body)
+                    status, headers, content = await self._post(session, url, shown, body)
                 if "tools" in body and self._refuses_tools(status, content, shown):
                     body = self._body(request)  # the same request, as text
                     attempt -= 1
@@ -211,10 +211,10 @@ class OpenAIChat:
         return self._http
 
     async def _post(
-        self, url: str, shown: str, body: dict[str, Any]
+        self, session: aiohttp.ClientSession, url: str, shown: str, body: dict[str, Any]
     ) -> tuple[int, Mapping[str, str], bytes]:
         """POST ``body``; read at most ``max_response_bytes`` of the answer."""
-        async with self._session().post(url, json=body) as response:
+        async with session.post(url, json=body) as response:
             chunks, size = [], 0
             async for chunk in response.content.iter_chunked(64 * 1024):
                 size += len(chunk)

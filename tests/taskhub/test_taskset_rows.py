@@ -148,6 +148,18 @@ def test_duplicate_ids_are_named_with_both_rows(tmp_path: Path) -> None:
         load_taskset(str(tmp_path))
 
 
+def bulk_equals_slow(path: Path, rows: list[dict]) -> list[Task]:
+    """Write ``rows`` as parquet at ``path``: the bulk reader gives the ``Task`` path's rows and
+    hashes. Returns those tasks."""
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    fast = parquet_rows("train", [path])
+    assert fast is not None
+    expected = slow("train", [path])
+    assert list(fast) == list(expected)
+    assert fast.content_hashes() == [t.content_hash() for t in expected]
+    return expected
+
+
 @pytest.mark.parametrize(
     "last",
     [
@@ -167,13 +179,7 @@ def test_parquet_rows_that_share_their_keys_load_as_the_rows_they_are(
         {"task_id": "b", "reset": {"seed": 2, "n": 0}, "metadata": {"tags": []}},
         last,
     ]
-    path = tmp_path / "train.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    fast = parquet_rows("train", [path])
-    assert fast is not None
-    expected = slow("train", [path])
-    assert list(fast) == list(expected)
-    assert fast.content_hashes() == [t.content_hash() for t in expected]
+    bulk_equals_slow(tmp_path / "train.parquet", rows)
 
 
 def test_parquet_rows_are_checked_in_bulk_too(tmp_path: Path) -> None:
@@ -183,12 +189,7 @@ def test_parquet_rows_are_checked_in_bulk_too(tmp_path: Path) -> None:
         {"task_id": "c", "reset": {"seed": 3, "n": None}, "metadata": {"f": 0.5}},
     ]
     path = tmp_path / "train.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    fast = parquet_rows("train", [path])
-    assert fast is not None
-    expected = slow("train", [path])
-    assert list(fast) == list(expected)
-    assert fast.content_hashes() == [t.content_hash() for t in expected]
+    expected = bulk_equals_slow(path, rows)
     assert list(load_taskset(str(path)).tasks("train")) == list(expected)
     # a NaN deep in a struct, or an unknown column: Task validation names it
     bad = rows[:2] + [{"task_id": "c", "reset": {"seed": float("nan")}}]
