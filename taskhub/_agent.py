@@ -8,17 +8,24 @@ object, a fenced JSON block, or plain text for an action with a single string fi
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import jsonschema
 from pydantic import BaseModel
 
-from taskhub._errors import AgentFormatError, EnvError, EnvExecutionError, EnvProtocolError
+from taskhub._errors import (
+    AgentFormatError,
+    ConfigError,
+    EnvError,
+    EnvExecutionError,
+    EnvProtocolError,
+)
 from taskhub._limits import loads_bounded
 from taskhub._schema import (
     ChatMessage,
@@ -384,6 +391,116 @@ class EpisodeTrace:
     truncated: bool = False
 
 
+class _Prompts:
+    """An episode's prompts, rendered when the loop asks or, for a model that reads none, later.
+
+    A model that reads messages (a language model) gets each prompt rendered before it is
+    called. A model that reads none (``reads_messages = False``: the scripted policies) does
+    not need them to act, so each prompt's slot in the transcript is kept and the prompt is
+    rendered in the next window the loop gives (``flush``): after the next action is sent, while
+    the env works on it. The transcript is the same either way; a prompt that fails to render
+    fails the episode at the same point, before the action that followed it is recorded.
+    """
+
+    def __init__(
+        self,
+        trace: EpisodeTrace,
+        templates: Templates,
+        variables: Callable[[], dict[str, Any]],
+        *,
+        defer: bool,
+    ) -> None:
+        self.trace = trace
+        self.templates = templates
+        self.variables = variables
+        self.defer = defer
+        self._pending: list[tuple[int, str, str, Callable[[], dict[str, Any]], str | None]] = []
+        self._spent: tuple[Usage, float, float] | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether some prompt waits for a window to be rendered in."""
+        return bool(self._pending)
+
+    async def say(
+        self,
+        role: Literal["system", "user", "tool"],
+        which: str,
+        shown: Callable[[], dict[str, Any]],
+        tool_call_id: str | None = None,
+    ) -> None:
+        """Add the prompt ``which``, rendered with the turn's variables (``shown()`` builds them).
+
+        The episode's own variables (``template_variables``) come on top; an empty system
+        prompt adds nothing.
+        """
+        if not self.defer:
+            self._add(role, await self._render(which, shown), tool_call_id)
+            return
+        if not self._pending:
+            # what the model has cost so far: a prompt that fails to render ends the episode
+            # before the calls that followed it, as it would have for a model that reads it
+            trace = self.trace
+            self._spent = (trace.usage.model_copy(), trace.model_time_s, trace.queue_time_s)
+        self._pending.append((len(self.trace.messages), role, which, shown, tool_call_id))
+        self.trace.messages.append(_PENDING)
+
+    async def flush(self) -> None:
+        """Render every pending prompt into its slot.
+
+        Raises:
+            ConfigError: A template failed; the transcript keeps the prompts before it.
+        """
+        pending, self._pending = self._pending, []
+        messages = self.trace.messages
+        try:
+            for slot, role, which, shown, call_id in pending:
+                content = await self._render(which, shown)
+                messages[slot] = _message(role, content, call_id)
+        finally:
+            if any(m is _PENDING for m in messages):
+                # a failed (or cancelled) render: what came after it in the episode never was
+                first = next(i for i, m in enumerate(messages) if m is _PENDING)
+                del messages[first:]
+                if self._spent is not None:
+                    trace = self.trace
+                    trace.usage, trace.model_time_s, trace.queue_time_s = self._spent
+            self._spent = None
+            empty = [i for i, m in enumerate(messages) if m.role == "system" and not m.content]
+            for index in reversed(empty):
+                del messages[index]
+
+    async def _render(self, which: str, shown: Callable[[], dict[str, Any]]) -> str:
+        return await self.templates.render_async(which, **self.variables(), **shown())
+
+    def _add(self, role: str, content: str, tool_call_id: str | None) -> None:
+        if role == "system" and not content:
+            return
+        self.trace.messages.append(_message(role, content, tool_call_id))
+
+
+#: A transcript slot whose prompt is rendered later (``_Prompts.flush``).
+_PENDING = ChatMessage.model_construct(role="system", content="")
+
+
+def _message(role: str, content: str, tool_call_id: str | None) -> ChatMessage:
+    if tool_call_id is None:
+        return ChatMessage(role=role, content=content)  # type: ignore[arg-type]
+    return ChatMessage(role=role, content=content, tool_call_id=tool_call_id)  # type: ignore[arg-type]
+
+
+async def _step(session: EnvSession, action: dict[str, Any], prompts: _Prompts) -> StepResult:
+    """Send ``action``; pending prompts are rendered while the env works on it."""
+    if not prompts.pending:
+        return await session.step(action)
+    step_while = getattr(session, "step_while", None)
+    if step_while is None:  # a session that cannot overlap: render first, as the loop would
+        await prompts.flush()
+        return await session.step(action)
+    result: StepResult = await step_while(action, prompts.flush)
+    return result
+
+
 async def run_episode(
     *,
     task: Task,
@@ -406,11 +523,16 @@ async def run_episode(
     the observation goes back to it as the call's ``tool`` message. Replies in text are read
     against ``toolbox.text_schema`` (a tool env's calls written as JSON).
 
+    A model that reads no messages (``reads_messages = False``) is called with none; its
+    transcript is still rendered, each prompt while the env works on the action that follows
+    it (``_Prompts``).
+
     Raises:
         EnvError: The env failed (the trace keeps what happened before).
         ModelError: The model failed after its own retries.
         AgentFormatError: Replies stayed unusable after ``format_retries`` corrections, or the
             env rejected an action as invalid.
+        ConfigError: A prompt template failed to render.
     """
     started = time.perf_counter()
     result = await session.reset(**reset_payload)
@@ -418,14 +540,74 @@ async def run_episode(
     trace.initial = result
     mcp = toolbox is not None and toolbox.mcp
     native = toolbox is not None and getattr(model, "tool_calling", "text") == "native"
-    variables = template_variables(
-        task, action_schema, toolbox, native=native, reads=templates.reads
-    )
-    system = await templates.render_async("system", **variables)
-    if system:
-        trace.messages.append(ChatMessage(role="system", content=system))
+    blind = not getattr(model, "reads_messages", True)
+    variables: dict[str, Any] = {}
+
+    def episode_variables() -> dict[str, Any]:
+        if not variables:
+            variables.update(
+                template_variables(
+                    task, action_schema, toolbox, native=native, reads=templates.reads
+                )
+            )
+        return variables
+
+    prompts = _Prompts(trace, templates, episode_variables, defer=blind)
+    try:
+        await prompts.say("system", "system", dict)
+        await _play_turns(
+            session,
+            model,
+            trace,
+            prompts,
+            result,
+            task,
+            action_schema,
+            toolbox,
+            native,
+            mcp,
+            sampling,
+            max_steps,
+            format_retries,
+            episode_seed,
+            blind,
+        )
+    except BaseException as exc:
+        if prompts.pending:
+            # Prompts still waiting were due before what failed: a template that fails to
+            # render is the episode's first failure (a cancellation stays one).
+            try:
+                await prompts.flush()
+            except ConfigError as render_error:
+                if isinstance(exc, Exception):
+                    raise render_error from None
+        raise
+    if prompts.pending:  # the episode ended before another window
+        await prompts.flush()
+
+
+async def _play_turns(
+    session: EnvSession,
+    model: ModelBackend,
+    trace: EpisodeTrace,
+    prompts: _Prompts,
+    result: StepResult,
+    task: Task,
+    action_schema: dict[str, Any] | None,
+    toolbox: Toolbox | None,
+    native: bool,
+    mcp: bool,
+    sampling: SamplingParams,
+    max_steps: int,
+    format_retries: int,
+    episode_seed: int,
+    blind: bool,
+) -> None:
+    """The turns of ``run_episode``, from the first observation to the end."""
+    templates = prompts.templates
     reader = _Reader(toolbox, action_schema, format_retries)
     env_tools = toolbox.tools if toolbox is not None and toolbox.tools else ()
+    offered = toolbox.functions if native and toolbox is not None else None
     # an observation's text is built only for a template that shows it
     text_in_first = "observation_text" in templates.reads_in["first"]
     text_in_step = "observation_text" in templates.reads_in["step"]
@@ -434,24 +616,20 @@ async def run_episode(
     answered = False  # whether the last observation went back to the model as tool messages
     while index < max_steps and not result.done:
         if not answered:
-            shown = {
-                **variables,
-                "observation": observation,
-                "observation_text": _observation_text(observation, mcp)
-                if (text_in_step if index else text_in_first)
-                else "",
-                "reward": reward,
-                "step": index,
-            }
-            content = await templates.render_async("first" if index == 0 else "step", **shown)
-            trace.messages.append(ChatMessage(role="user", content=content))
+            await prompts.say(
+                "user",
+                "first" if index == 0 else "step",
+                functools.partial(
+                    _turn_variables,
+                    observation,
+                    reward,
+                    index,
+                    mcp,
+                    text_in_step if index else text_in_first,
+                ),
+            )
         context = TurnContext(task, observation, action_schema, index, episode_seed, env_tools)
-        offered = (
-            toolbox.functions
-            if toolbox is not None and getattr(model, "tool_calling", "text") == "native"
-            else None
-        )
-        turn = await reader.read(model, trace, sampling, context, offered)
+        turn = await reader.read(model, trace, sampling, context, offered, blind)
         reply, format_errors, model_s, queue_s = (
             turn.reply,
             turn.format_errors,
@@ -464,7 +642,7 @@ async def run_episode(
                 break  # the reply's later calls are not run: the episode is over
             started = time.perf_counter()
             try:
-                result = await session.step(action)
+                result = await _step(session, action, prompts)
             except (EnvProtocolError, EnvExecutionError) as exc:
                 if not rejects_action(exc, action):
                     raise
@@ -505,21 +683,10 @@ async def run_episode(
             index += 1
             observation, reward = result.observation, result.reward
             if call is not None and call.id is not None and reader.called:
-                if tool_text is not None:
-                    text = tool_text
-                else:
-                    text = observation_text(observation) if text_in_step else ""
-                step_turn = {
-                    **variables,
-                    "observation": observation,
-                    "observation_text": text,
-                    "reward": reward,
-                    "step": index,
-                }
-                content = await templates.render_async("step", **step_turn)
-                trace.messages.append(
-                    ChatMessage(role="tool", content=content, tool_call_id=call.id)
+                shown = functools.partial(
+                    _tool_turn_variables, observation, tool_text, reward, index, text_in_step
                 )
+                await prompts.say("tool", "step", shown, call.id)
                 answered = True
     trace.terminated = result.done
     trace.truncated = not result.done
@@ -564,6 +731,32 @@ def template_variables(
             text_call_instructions(toolbox.functions) if toolbox and mcp else ""
         )
     return variables
+
+
+def _turn_variables(
+    observation: dict[str, Any], reward: float | None, step: int, mcp: bool, text: bool
+) -> dict[str, Any]:
+    """What a turn's prompt shows (its observation's text only for a template that reads it)."""
+    return {
+        "observation": observation,
+        "observation_text": _observation_text(observation, mcp) if text else "",
+        "reward": reward,
+        "step": step,
+    }
+
+
+def _tool_turn_variables(
+    observation: dict[str, Any], tool_text: str | None, reward: float | None, step: int, text: bool
+) -> dict[str, Any]:
+    """What the prompt answering a tool call shows: the tool's result, else the observation."""
+    if tool_text is None:
+        tool_text = observation_text(observation) if text else ""
+    return {
+        "observation": observation,
+        "observation_text": tool_text,
+        "reward": reward,
+        "step": step,
+    }
 
 
 def _observation_text(observation: dict[str, Any], mcp: bool) -> str:
@@ -649,6 +842,7 @@ class _Reader:
         sampling: SamplingParams,
         context: TurnContext,
         offered: tuple[ToolSpec, ...] | None,
+        blind: bool = False,
     ) -> _Turn:
         errors: list[str] = []
         model_s = queue_s = 0.0
@@ -658,7 +852,7 @@ class _Reader:
         while True:
             started = time.perf_counter()
             generation = await model.generate(
-                GenerateRequest(list(trace.messages), sampling, context, offered)
+                GenerateRequest([] if blind else list(trace.messages), sampling, context, offered)
             )
             elapsed = time.perf_counter() - started
             # a call queued behind others (a local model serves one at a time) is not model time

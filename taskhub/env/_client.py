@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -266,7 +267,12 @@ class EnvClient:
             ) from None
         self._state = "open"
 
-    async def _request(self, frame: dict[str, Any], verb: str) -> dict[str, Any]:
+    async def _request(
+        self,
+        frame: dict[str, Any],
+        verb: str,
+        while_waiting: Callable[[], Awaitable[None]] | None = None,
+    ) -> dict[str, Any]:
         if self._state == "unopened":
             await self.connect()
         if self._state == "closed" or self._ws is None:
@@ -274,13 +280,15 @@ class EnvClient:
         ws = self._ws
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(self.timeout) as deadline:
                 try:
                     await ws.send(json.dumps(frame))
                 except ConnectionClosed:
                     # CAPACITY_REACHED can arrive, and the socket close, before our first send:
                     # the frame is still queued, so read it before reporting the close.
                     pass
+                if while_waiting is not None:
+                    await self._meanwhile(while_waiting, deadline)
                 raw = await ws.recv()
         except TimeoutError:
             await self._drop()
@@ -339,6 +347,32 @@ class EnvClient:
         """Send one action (its fields, unwrapped) and return the env's answer."""
         message = await self._request({"type": "step", "data": action}, "step")
         return self._observation(message, "step")
+
+    async def step_while(
+        self, action: dict[str, Any], work: Callable[[], Awaitable[None]]
+    ) -> StepResult:
+        """``step``, doing ``work`` while the env works on the action.
+
+        ``work`` runs once the frame is sent and before its reply is read; the request's
+        deadline is moved by the time it takes. If it fails, the reply is never read: the
+        socket is dropped and its error raised.
+        """
+        message = await self._request({"type": "step", "data": action}, "step", work)
+        return self._observation(message, "step")
+
+    async def _meanwhile(
+        self, work: Callable[[], Awaitable[None]], deadline: asyncio.Timeout
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        try:
+            await work()
+        except BaseException:
+            await self._drop()
+            raise
+        when = deadline.when()
+        if when is not None:
+            deadline.reschedule(when + loop.time() - began)
 
     async def state(self) -> dict[str, Any]:
         """Return the env's ``state`` (episode_id, step_count and env fields)."""

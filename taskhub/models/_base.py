@@ -113,7 +113,10 @@ class ModelBackend(Protocol):
 
     A backend that can call functions sets ``tool_calling = "native"`` (an optional attribute;
     ``text`` when absent, and after a fallback): the agent loop then offers the env's actions
-    as ``GenerateRequest.tools`` and reads ``Generation.tool_calls``.
+    as ``GenerateRequest.tools`` and reads ``Generation.tool_calls``. A backend that acts
+    without reading the conversation (a scripted policy) sets ``reads_messages = False`` (also
+    optional; True when absent): it is then called with no messages, and the transcript it
+    never reads is rendered while the env works.
 
     A minimal backend, registered for model strings ``echo/NAME``::
 

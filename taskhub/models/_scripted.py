@@ -91,6 +91,9 @@ def legal_actions(
 
 class _Scripted:
     kind = ""
+    #: A policy acts on the observation, never on the chat messages: the agent loop renders
+    #: them while the env works instead of before each call.
+    reads_messages = False
 
     def __init__(self, options: ModelOptions | None = None) -> None:
         self.details: JsonObject = {"policy": self.kind}
