@@ -672,7 +672,7 @@ class _Runner:
         hashes = plan.task_hashes
         task_hash = hashes.get(task.task_id)
         if task_hash is None:  # once per task, however many samples it has
-            task_hash = hashes[task.task_id] = task.content_hash()
+            task_hash = hashes[task.task_id] = plan.taskset.content_hash(task)
             if len(hashes) > 4 * config.concurrency:  # samples of a task run close together
                 del hashes[next(iter(hashes))]
         episode = plan_episode(

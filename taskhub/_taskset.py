@@ -13,6 +13,7 @@ change the ``reset`` kwargs sent to the env.
 
 from __future__ import annotations
 
+import collections
 import csv
 import hashlib
 import importlib.util
@@ -20,9 +21,9 @@ import io
 import logging
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,13 @@ class Taskset:
     read)."""
     environment: EnvironmentDeclaration | None = None
     """The dataset's ``environment.yaml`` (a Hub RL environment dataset), if it has one."""
+    known_hashes: Mapping[int, str] = field(default_factory=dict, repr=False, compare=False)
+    """Content hashes of the rows held as ``Task`` objects, by object id, computed at load."""
+
+    def content_hash(self, task: Task) -> str:
+        """``task.content_hash()``, already known for the taskset's own rows."""
+        known = self.known_hashes.get(id(task))
+        return known if known is not None else task.content_hash()
 
     @property
     def name(self) -> str:
@@ -123,6 +131,9 @@ def load_taskset(
         revision: Branch, tag or commit of a Hub taskset (overrides ``@revision``).
         token: Hub token for private repos (huggingface_hub's own ``HF_TOKEN`` otherwise).
         cache_dir: Hub cache folder (huggingface_hub's default otherwise).
+
+    A local folder or file (a Hub snapshot too) loaded again while none of its files changed
+    gives the taskset loaded before, rows shared: treat them as read-only.
 
     Returns:
         The taskset, every row validated, with its resolved commit sha for Hub sources.
@@ -400,7 +411,69 @@ def _inside(folder: Path, path: Path, what: str) -> Path:
     return path
 
 
+#: Tasksets kept by ``_LOADED``, and the rows they may hold between them.
+LOADED_TASKSETS = 8
+LOADED_ROWS = 200_000
+#: A folder with more files than this is read again every time rather than kept.
+_LOADED_MAX_FILES = 1000
+
+
+class _Loaded:
+    """The tasksets loaded lately in this process, kept while their files stay the same.
+
+    Loading a folder again (an evaluation after another, a worker per run, a training loop)
+    costs more than a short run's episodes: validating every row and hashing it. A kept taskset
+    is returned as long as no file under its folder changed (path, size, modification and
+    change times, inode: what ``os.stat`` says); any change, added or removed file loads it
+    again. Its rows are shared by every load that returns it: treat them as read-only
+    (``model_copy`` makes a changed one).
+    """
+
+    def __init__(self) -> None:
+        self._kept: collections.OrderedDict[tuple[Any, ...], Taskset] = collections.OrderedDict()
+
+    def get(self, root: Path, parts: TasksetRefParts, load: Callable[[], Taskset]) -> Taskset:
+        key = self._key(root, parts)
+        if key is None:
+            return load()
+        kept = self._kept.get(key)
+        if kept is not None:
+            self._kept.move_to_end(key)
+            return kept
+        taskset = load()
+        # a big taskset is not kept: its rows would outlive the run that needed them
+        if _rows(taskset) <= LOADED_ROWS and self._key(root, parts) == key:
+            self._kept[key] = taskset
+            while len(self._kept) > LOADED_TASKSETS or (
+                sum(_rows(t) for t in self._kept.values()) > LOADED_ROWS
+            ):
+                self._kept.popitem(last=False)
+        return taskset
+
+    @staticmethod
+    def _key(root: Path, parts: TasksetRefParts) -> tuple[Any, ...] | None:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        if len(files) > _LOADED_MAX_FILES:
+            return None
+        stats = []
+        for path in files:
+            st = path.stat()
+            stats.append((str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        return (parts, str(root.resolve()), tuple(stats))
+
+
+def _rows(taskset: Taskset) -> int:
+    return sum(len(rows) for rows in taskset.splits.values())
+
+
+_LOADED = _Loaded()
+
+
 def _load_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
+    return _LOADED.get(folder, parts, lambda: _read_folder(folder, parts))
+
+
+def _read_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
     from taskhub.hub._environment import read_environment
 
     header, card = read_card(folder)
@@ -414,7 +487,9 @@ def _load_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
     if card.env is None and environment is not None and environment.env_spec is not None:
         # a Hub RL environment dataset names its env in environment.yaml
         card = card.model_copy(update={"env": environment.env_spec})
-    return Taskset(_ref(parts, name, splits, folder), card, splits, environment)
+    hashes = _split_hashes(splits)
+    ref = _ref(parts, name, hashes, folder)
+    return Taskset(ref, card, splits, environment, _known_hashes(splits, hashes))
 
 
 def _load_env(url: str) -> Taskset:
@@ -425,11 +500,18 @@ def _load_env(url: str) -> Taskset:
     if not splits:
         raise TasksetNotFound(f"{url} serves the Task API but lists no tasks")
     card = TasksetCard(name=name, env=url, description=f"The tasks {url} serves (Task API).")
-    ref = TasksetRef(source=url, kind="env", name=name, fingerprint=_fingerprint(splits))
+    ref = TasksetRef(
+        source=url, kind="env", name=name, fingerprint=_fingerprint(_split_hashes(splits))
+    )
     return Taskset(ref, card, splits)
 
 
 def _load_file(path: Path, source: str) -> Taskset:
+    parts = TasksetRefParts(source, "file", path.stem)
+    return _LOADED.get(path, parts, lambda: _read_file(path, source))
+
+
+def _read_file(path: Path, source: str) -> Taskset:
     if path.suffix not in DATA_SUFFIXES:
         raise TasksetError(
             f"{path}: unsupported taskset file; use one of {', '.join(DATA_SUFFIXES)} or a folder"
@@ -437,7 +519,9 @@ def _load_file(path: Path, source: str) -> Taskset:
     splits = {"train": _split_rows("train", [path])}
     _check_unique_ids(splits)
     parts = TasksetRefParts(source, "file", path.stem)
-    return Taskset(_ref(parts, path.stem, splits, path), TasksetCard(), splits)
+    hashes = _split_hashes(splits)
+    ref = _ref(parts, path.stem, hashes, path)
+    return Taskset(ref, TasksetCard(), splits, None, _known_hashes(splits, hashes))
 
 
 #: JSON Lines splits smaller than this are checked row by row: the bulk path's Arrow import
@@ -463,16 +547,32 @@ def _content_hashes(tasks: Sequence[Task]) -> list[str]:
     return [task.content_hash() for task in tasks]
 
 
-def _fingerprint(splits: Mapping[str, Sequence[Task]]) -> str:
+def _split_hashes(splits: Mapping[str, Sequence[Task]]) -> dict[str, list[str]]:
+    return {split: _content_hashes(tasks) for split, tasks in splits.items()}
+
+
+def _known_hashes(
+    splits: Mapping[str, Sequence[Task]], hashes: Mapping[str, list[str]]
+) -> dict[int, str]:
+    """The hashes of the rows held as ``Task`` objects (``TaskRows`` builds them when read)."""
+    return {
+        id(task): digest
+        for split, tasks in splits.items()
+        if not isinstance(tasks, TaskRows)
+        for task, digest in zip(tasks, hashes[split], strict=True)
+    }
+
+
+def _fingerprint(hashes: Mapping[str, Sequence[str]]) -> str:
     digest = hashlib.sha256()
-    for split, tasks in splits.items():
+    for split, digests in hashes.items():
         digest.update(split.encode() + b"\n")
-        digest.update("".join(h + "\n" for h in _content_hashes(tasks)).encode())
+        digest.update("".join(h + "\n" for h in digests).encode())
     return digest.hexdigest()
 
 
 def _ref(
-    parts: TasksetRefParts, name: str, splits: Mapping[str, Sequence[Task]], path: Path
+    parts: TasksetRefParts, name: str, hashes: Mapping[str, Sequence[str]], path: Path
 ) -> TasksetRef:
     return TasksetRef(
         source=parts.source,
@@ -481,7 +581,7 @@ def _ref(
         repo_id=parts.repo_id,
         revision=parts.revision,
         commit_sha=parts.commit_sha,
-        fingerprint=_fingerprint(splits),
+        fingerprint=_fingerprint(hashes),
         path=str(path),
     )
 

@@ -206,3 +206,51 @@ def test_missing_split(tmp_path: Path) -> None:
     taskset = load_taskset("arith")
     with pytest.raises(TasksetNotFound, match="has no split 'validation'; splits: "):
         taskset.tasks("validation")
+
+
+def _folder(tmp_path: Path, rows: list[dict]) -> Path:
+    folder = tmp_path / "kept"
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    (folder / "data" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_an_unchanged_taskset_is_loaded_once_and_any_change_loads_it_again(
+    tmp_path: Path,
+) -> None:
+    folder = _folder(tmp_path, ROWS)
+    first = load_taskset(str(folder))
+    assert load_taskset(str(folder)) is first  # nothing changed: the rows are not read again
+    # a row changed, same size: the file's modification time tells
+    data = folder / "data" / "test.jsonl"
+    data.write_text(data.read_text().replace('"answer": "3"', '"answer": "4"'))
+    changed = load_taskset(str(folder))
+    assert changed is not first and changed.tasks()[0].answer == "4"
+    assert changed.ref.fingerprint != first.ref.fingerprint
+    # a file added next to the data: the folder's contents differ
+    (folder / "README.md").write_text("---\ntaskhub:\n  description: kept\n---\n")
+    described = load_taskset(str(folder))
+    assert described is not changed and described.card.description == "kept"
+    # the same folder named another way is another source: its ref says how it was named
+    assert load_taskset(str(folder) + "/").ref.source == str(folder) + "/"
+
+
+def test_a_file_removed_or_broken_since_the_last_load_is_read_again(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, ROWS)
+    load_taskset(str(folder))
+    (folder / "data" / "test.jsonl").write_text('{"task_id": "a", "oops": 1}\n')
+    with pytest.raises(SchemaError, match="oops"):
+        load_taskset(str(folder))
+    (folder / "data" / "test.jsonl").unlink()
+    with pytest.raises(TasksetNotFound):
+        load_taskset(str(folder))
+
+
+@pytest.mark.parametrize("name", sorted(builtin_tasksets()))
+def test_a_tasksets_known_hashes_are_its_rows_content_hashes(name: str) -> None:
+    taskset = load_taskset(name)
+    for split in taskset.splits:
+        for task in taskset.tasks(split):
+            assert taskset.content_hash(task) == task.content_hash()
+    stranger = Task(task_id="x", answer="1")
+    assert taskset.content_hash(stranger) == stranger.content_hash()
