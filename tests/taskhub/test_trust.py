@@ -271,7 +271,8 @@ def _model_run(
             base_url=server.base_url,
             env=env.url,
             taskset=str(_say_tasks(tmp_path, n)),
-            model_timeout_s=3,
+            # the replies come at once: a short deadline would only fail on a busy machine
+            model_timeout_s=60,
             max_retries=0,
         )
         return read_results(evaluate(config, run_dir=tmp_path / "run").run_dir)
@@ -509,3 +510,34 @@ def test_batch_names_that_cannot_name_a_report_are_refused(
     assert result.exit_code != 0
     assert message in result.output
     assert not out.exists()  # refused before anything is written
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1, "b": [1.5, -0.0, 1e16, 123456789012345678901234567890], "c": null}',
+        '"\\ud800"',  # a lone surrogate: json reads it
+        '{"a": 1e400}',  # out of float range: json reads it as inf
+        '{"a": 1, "a": 2}',
+        '{"a": NaN}',
+        "[1, 2",
+        "\ufeff{}",
+        '{"a": "\u00e9"}'.encode("utf-16"),
+        '{"a": "é"}'.encode(),
+    ],
+)
+def test_strict_json_reads_what_json_reads(text: str | bytes) -> None:
+    from taskhub._limits import loads_bounded
+
+    def strict(t: str | bytes) -> object:
+        return json.loads(t, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+
+    try:
+        expected: object = strict(text)
+    except ValueError as exc:
+        expected = type(exc)
+    try:
+        got: object = loads_bounded(text)
+    except ValueError as exc:
+        got = type(exc) if type(exc) is expected else exc
+    assert got == expected or (got != got and expected != expected)
