@@ -124,6 +124,8 @@ class OpenAIChat:
         self._connect_timeout_s = min(10.0, options.timeout_s)
         #: Opened on the first call, in the event loop that makes it.
         self._http: aiohttp.ClientSession | None = None
+        self._proxy: Any = None
+        self._proxy_auth: aiohttp.BasicAuth | None = None
         self.details: JsonObject = {"endpoint": self.display_url}
         self.tool_option = options.tool_calling
         #: ``native`` while the server takes ``tools``; ``text`` when asked or after a refusal.
@@ -201,12 +203,17 @@ class OpenAIChat:
         if self._http is None:
             import aiohttp
 
+            proxy, proxy_auth, netrc_auth = _from_environment(self._url, self._headers)
+            self._proxy, self._proxy_auth = proxy, proxy_auth
             self._http = aiohttp.ClientSession(
                 headers=self._headers,
                 # the call's deadline bounds the rest (asyncio.timeout in generate)
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
                 connector=aiohttp.TCPConnector(ssl=default_ssl_context()),
-                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as httpx and the openai SDK read them
+                auth=netrc_auth,
+                # read once above: with trust_env, aiohttp reads them again for every request,
+                # in two trips to a thread
+                trust_env=False,
             )
         return self._http
 
@@ -214,7 +221,9 @@ class OpenAIChat:
         self, session: aiohttp.ClientSession, url: str, shown: str, body: dict[str, Any]
     ) -> tuple[int, Mapping[str, str], bytes]:
         """POST ``body``; read at most ``max_response_bytes`` of the answer."""
-        async with session.post(url, json=body) as response:
+        async with session.post(
+            url, json=body, proxy=self._proxy, proxy_auth=self._proxy_auth
+        ) as response:
             chunks, size = [], 0
             async for chunk in response.content.iter_chunked(64 * 1024):
                 size += len(chunk)
@@ -303,6 +312,33 @@ class OpenAIChat:
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+
+def _from_environment(
+    url: str, headers: Mapping[str, str]
+) -> tuple[Any, aiohttp.BasicAuth | None, aiohttp.BasicAuth | None]:
+    """What the environment says about ``url``, as httpx and the openai SDK read it.
+
+    The proxy of ``HTTP(S)_PROXY`` unless ``NO_PROXY`` covers the host, with its credentials;
+    and, when no ``Authorization`` header is set, the host's login in ``~/.netrc``.
+    """
+    from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
+    from yarl import URL
+
+    target = URL(url)
+    try:
+        proxy, proxy_auth = get_env_proxy_for_url(target)
+    except LookupError:
+        proxy, proxy_auth = None, None
+    netrc_auth = None
+    if "Authorization" not in headers and target.host is not None:
+        netrc = netrc_from_env()
+        if netrc is not None:
+            try:
+                netrc_auth = basicauth_from_netrc(netrc, target.host)
+            except LookupError:
+                netrc_auth = None
+    return proxy, proxy_auth, netrc_auth
 
 
 @model_backend("openai")

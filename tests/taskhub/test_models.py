@@ -260,3 +260,75 @@ async def test_scripted_policies_answer_with_tool_calls_when_functions_are_offer
         )
     )
     assert (reply.text, reply.tool_calls) == ('{"move": "up"}', [])
+
+
+class _Proxy:
+    """A loopback HTTP proxy that answers every request itself with one chat completion."""
+
+    def __init__(self) -> None:
+        import socketserver
+        import threading
+
+        lines: list[str] = []
+        self.lines = lines
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                lines.append(self.rfile.readline().decode().strip())
+                length = 0
+                while (header := self.rfile.readline().strip()) != b"":
+                    name, _, value = header.decode().partition(":")
+                    if name.lower() == "content-length":
+                        length = int(value)
+                self.rfile.read(length)
+                body = json.dumps(
+                    {"choices": [{"message": {"content": "via proxy"}, "finish_reason": "stop"}]}
+                ).encode()
+                self.wfile.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_the_environments_proxy_carries_calls_unless_no_proxy_names_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on: only the proxy can answer
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    proxy = _Proxy()
+    try:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        options = {"base_url": f"http://127.0.0.1:{closed}/v1", "timeout_s": 10, "max_retries": 0}
+        backend = load_model("openai/m", ModelOptions(**options))
+        try:
+            for _ in range(2):  # read once, used for every call
+                assert (await backend.generate(request())).text == "via proxy"
+        finally:
+            await backend.aclose()
+        line = f"POST http://127.0.0.1:{closed}/v1/chat/completions HTTP/1.1"
+        assert proxy.lines == [line, line]
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        backend = load_model("openai/m", ModelOptions(**options))
+        try:
+            with pytest.raises(ModelError, match="Connect"):
+                await backend.generate(request())
+        finally:
+            await backend.aclose()
+        assert len(proxy.lines) == 2
+    finally:
+        proxy.close()
