@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-REAL = Path(os.environ.get("REAL_ENVS", ROOT.parent.parent / "shared" / "real-envs"))
+# beside the checkout (../shared/real-envs), unless REAL_ENVS names it
+REAL = Path(os.environ.get("REAL_ENVS", ROOT.parent / "shared" / "real-envs"))
 TREES = Path(os.environ.get("TREES", "/tmp/real-envs/trees"))
 
 #: The checks whose failure describes each defect class.

@@ -675,13 +675,17 @@ def _validated(path: Path, block: _Block, schema: pyarrow.Schema) -> pyarrow.Tab
     return pa.Table.from_pylist(rows, schema=schema)
 
 
+#: The results columns that are a record's own fields (read with ``getattr``).
+_RECORD_FIELDS = tuple(
+    name
+    for name in RESULT_COLUMNS
+    if name in EpisodeRecord.model_fields and name != "reward_components"
+)
+
+
 def record_columns(record: EpisodeRecord) -> dict[str, Any]:
     """One record's values of every results column but ``record_json``."""
-    row: dict[str, Any] = {
-        name: getattr(record, name)
-        for name in RESULT_COLUMNS
-        if name in EpisodeRecord.model_fields and name != "reward_components"
-    }
+    row: dict[str, Any] = {name: getattr(record, name) for name in _RECORD_FIELDS}
     row.update(
         error_type=record.error.type if record.error else None,
         error_message=record.error.message if record.error else None,
@@ -705,6 +709,16 @@ def _cell(value: Any) -> str:
     """A CSV cell as pyarrow reads it back: null empty, text quoted, JSON for lists."""
     if value is None:
         return ""
+    kind = type(value)  # exact types first: every record's cells go through here
+    if kind is float:
+        return repr(value) if math.isfinite(value) else ""
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return str(value)
+    if kind is str:
+        text: str = value
+        return '"' + (text.replace('"', '""') if '"' in text else text) + '"'
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):

@@ -12,6 +12,7 @@ the model's format error, shown back to it.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -67,7 +68,14 @@ def _safe(node: Any, depth: int = 0) -> Any:
 
 
 def _compile(schema: dict[str, Any]) -> jsonschema.Draft202012Validator | None:
-    safe = _safe(schema)
+    # Every run of an env compiles the same schemas: checking one costs milliseconds, more
+    # than a short run's episodes, so the checked validators are kept by the schema's text.
+    return _compile_text(json.dumps(_safe(schema), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_text(text: str) -> jsonschema.Draft202012Validator | None:
+    safe = json.loads(text)
     try:
         jsonschema.Draft202012Validator.check_schema(safe)
     except jsonschema.SchemaError:
