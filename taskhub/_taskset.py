@@ -440,8 +440,8 @@ def _load_file(path: Path, source: str) -> Taskset:
     return Taskset(_ref(parts, path.stem, splits, path), TasksetCard(), splits)
 
 
-#: JSON Lines splits smaller than this are checked row by row: the bulk path's Arrow import
-#: (about 0.7 s of CPU) costs more than validating a few thousand rows one at a time.
+#: JSON Lines splits smaller than this are checked row by row: below it, validating a few
+#: thousand rows one at a time costs less than the bulk path's imports (numpy).
 BULK_MIN_BYTES = 1 << 20
 
 
@@ -457,17 +457,15 @@ def _split_rows(split: str, paths: list[Path]) -> Sequence[Task]:
     return rows if rows is not None else _validate_rows(split, _read_files(paths))
 
 
-def _content_hashes(tasks: Sequence[Task]) -> list[str]:
-    if isinstance(tasks, TaskRows):
-        return tasks.content_hashes()  # computed once, at load
-    return [task.content_hash() for task in tasks]
-
-
 def _fingerprint(splits: Mapping[str, Sequence[Task]]) -> str:
     digest = hashlib.sha256()
     for split, tasks in splits.items():
         digest.update(split.encode() + b"\n")
-        digest.update("".join(h + "\n" for h in _content_hashes(tasks)).encode())
+        if isinstance(tasks, TaskRows):
+            for block in tasks.hash_lines():  # the hashes computed once, at load
+                digest.update(block)
+        else:
+            digest.update("".join(task.content_hash() + "\n" for task in tasks).encode())
     return digest.hexdigest()
 
 
