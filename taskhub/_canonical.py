@@ -28,14 +28,17 @@ text. Keys that some rows lack are joined with their comma, or an empty string, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from taskhub._schema import MEASURED_FIELDS
 
 if TYPE_CHECKING:
+    import numpy
     import pyarrow
 
 #: Columns whose nested nulls are dropped when a parquet row becomes a ``Task``.
@@ -123,11 +126,53 @@ class _Member:
     optional: bool
 
 
-def _scalar(value: str | None) -> pyarrow.Scalar:
-    """A ``large_string`` scalar: the compute functions want one string type throughout."""
+def text_array(values: Sequence[str | None]) -> pyarrow.Array:
+    """A ``large_string`` array of ``values``, made from its buffers.
+
+    ``pa.array`` and ``pa.scalar`` (and the compute functions given a Python value) import
+    pandas, to look for pandas objects among the values: on a cold start that import costs
+    more than building every row's text.
+    """
+    import numpy as np
     import pyarrow as pa
 
-    return pa.scalar(value, pa.large_string())
+    encoded = [b"" if value is None else value.encode() for value in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+    missing = np.fromiter((value is None for value in values), dtype=bool, count=len(values))
+    validity = None
+    if missing.any():
+        validity = pa.py_buffer(np.packbits(~missing, bitorder="little"))
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    return pa.Array.from_buffers(
+        pa.large_string(), len(encoded), buffers, null_count=int(missing.sum())
+    )
+
+
+def int64_array(values: Any) -> pyarrow.Array:
+    """An ``int64`` array of ``values`` (a sequence or numpy array), without ``pa.array``."""
+    import numpy as np
+    import pyarrow as pa
+
+    data = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(data), [None, pa.py_buffer(data)])
+
+
+def _numpy_ints(array: pyarrow.Array) -> numpy.ndarray[Any, Any]:
+    """The values of an integer array without nulls, read from its buffer.
+
+    ``to_numpy`` would import pandas (see ``text_array``).
+    """
+    import numpy as np
+
+    width = np.dtype(f"int{array.type.bit_width}")
+    return np.frombuffer(array.buffers()[1], dtype=width)[array.offset : array.offset + len(array)]
+
+
+@functools.cache
+def _scalar(value: str | None) -> pyarrow.Scalar:
+    """A ``large_string`` scalar: the compute functions want one string type throughout."""
+    return text_array([value])[0]
 
 
 def _key(name: str) -> str:
@@ -152,12 +197,7 @@ def _pieces(array: pyarrow.Array, *, strip: bool) -> list[Any]:
         return [pc.if_else(array, _scalar("true"), _scalar("false"))]
     if types.is_float32(kind) or types.is_float64(kind):
         # json.dumps writes a float as float.__repr__ does: the one exact way to that text
-        return [
-            pa.array(
-                [None if v is None else float.__repr__(v) for v in array.to_pylist()],
-                pa.large_string(),
-            )
-        ]
+        return [text_array([None if v is None else float.__repr__(v) for v in array.to_pylist()])]
     if types.is_null(kind):
         return ["null"]
     if types.is_struct(kind):
@@ -246,11 +286,15 @@ def _array_text(array: pyarrow.Array, *, strip: bool) -> pyarrow.Array:
 
     # the items of the lists that are not null, in order (a sliced array's too)
     items = pc.list_flatten(array)
-    texts = pc.fill_null(_masked(_concat(_pieces(items, strip=strip), len(items)), items), "null")
-    lengths = pc.fill_null(pc.list_value_length(array), 0).to_numpy(zero_copy_only=False)
+    texts = pc.fill_null(
+        _masked(_concat(_pieces(items, strip=strip), len(items)), items), _scalar("null")
+    )
+    # each list's length, a null list's 0: the items counted by the list they are in
+    parents = _numpy_ints(pc.list_parent_indices(array))
     offsets = np.zeros(len(array) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    joined = pc.binary_join(pa.LargeListArray.from_arrays(pa.array(offsets), texts), _scalar(","))
+    np.cumsum(np.bincount(parents, minlength=len(array)), out=offsets[1:])
+    lists = pa.LargeListArray.from_arrays(int64_array(offsets), texts)
+    joined = pc.binary_join(lists, _scalar(","))
     return _masked(_concat(["[", joined, "]"], len(array)), array)
 
 
@@ -292,7 +336,6 @@ def _any_match(strings: pyarrow.Array, pattern: str) -> bool:
 
 def _concat(pieces: list[Any], length: int) -> pyarrow.Array:
     """Concatenate the pieces per row (null wherever a column piece is null)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     merged: list[Any] = []
@@ -303,7 +346,7 @@ def _concat(pieces: list[Any], length: int) -> pyarrow.Array:
             merged.append(piece)
     columns = [p for p in merged if not isinstance(p, str)]
     if not columns:
-        return pa.array(["".join(merged)] * length, pa.large_string())
+        return text_array(["".join(merged)] * length)
     if len(merged) == 1:
         return columns[0]
     args = [_scalar(p) if isinstance(p, str) else p for p in merged]

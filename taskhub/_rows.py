@@ -463,7 +463,7 @@ def jsonl_rows(split: str, paths: Sequence[Path]) -> TaskRows | None:
                 return None
             files.append(lines)
             where.add(path.name, lines.numbers)
-    ids = [task_id for lines in files for task_id in lines.task_ids]
+    ids = files[0].task_ids if len(files) == 1 else [i for f in files for i in f.task_ids]
     digests = b"".join(lines.digests for lines in files)
     return TaskRows(split, _Lines(files, where), ids, digests)
 
@@ -570,9 +570,9 @@ class _Table(_Source):
         self.nulls = _null_columns(table)
 
     def tasks(self, positions: list[int], split: str) -> list[Task]:
-        import pyarrow as pa
+        from taskhub._canonical import int64_array
 
-        rows = self.table.take(pa.array(positions, pa.int64())).to_pylist()
+        rows = self.table.take(int64_array(positions)).to_pylist()
         return [
             _task(_stripped(row, self.nulls), split, self.where[p])
             for row, p in zip(rows, positions, strict=True)
@@ -629,11 +629,22 @@ def _stripped(row: dict[str, Any], nulls: _Nulls) -> dict[str, Any]:
     return {k: _strip_nulls(v) if k in nulls.nested else v for k, v in row.items() if v is not None}
 
 
+def read_parquet(path: Path) -> pyarrow.Table:
+    """Read one parquet file whole, as both the bulk and the row-by-row paths read it.
+
+    ``ParquetFile.read`` rather than ``pq.read_table``: the latter goes through
+    ``pyarrow.dataset``, whose import costs a third of a second the first time.
+    """
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as file:
+        return file.read()
+
+
 def parquet_rows(split: str, paths: Sequence[Path]) -> TaskRows | None:
     """The rows of parquet files, checked in bulk; None when ``Task`` must check them."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from taskhub._canonical import row_texts, sha256_each, supported
 
@@ -641,7 +652,7 @@ def parquet_rows(split: str, paths: Sequence[Path]) -> TaskRows | None:
     where = _Where("row")
     for path in paths:
         try:
-            table = pq.read_table(path)
+            table = read_parquet(path)
         except Exception:
             return None  # the slow path says what is wrong with the file
         if not _columns_fit(table):

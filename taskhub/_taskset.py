@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from taskhub._errors import SchemaError, TasksetError, TasksetNotFound
 from taskhub._limits import MAX_JSON_DEPTH, loads_bounded
-from taskhub._rows import TaskRows, jsonl_rows, parquet_rows
+from taskhub._rows import TaskRows, jsonl_rows, parquet_rows, read_parquet
 from taskhub._schema import Task, TasksetCard, TasksetRef
 
 if TYPE_CHECKING:
@@ -496,10 +496,8 @@ def _read_files(paths: list[Path]) -> Iterator[_Row]:
         if path.suffix in (".jsonl", ".json"):
             yield from _read_json(path)
         elif path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
             try:
-                table = pq.read_table(path)
+                table = read_parquet(path)
             except Exception as exc:
                 raise TasksetError(f"{path}: not a readable parquet file: {exc}") from None
             for index, row in enumerate(table.to_pylist()):

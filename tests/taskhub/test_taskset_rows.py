@@ -537,3 +537,18 @@ def test_a_parquet_value_task_refuses_is_not_hashed_in_bulk(tmp_path: Path) -> N
     assert parquet_rows("train", [path]) is None
     with pytest.raises(SchemaError, match=r"train row 0 .*field 'reset\.at'"):
         load_taskset(str(path))
+
+
+def test_bulk_parquet_loading_needs_no_pandas(tmp_path: Path) -> None:
+    # pa.array and pa.scalar import pandas (a second on a cold start): the bulk path and the
+    # tasks read afterwards build their Arrow values without them
+    path = tmp_path / "train.parquet"
+    pq.write_table(tricky_table(), path)
+    script = (
+        "import sys\nfrom taskhub import load_taskset\n"
+        f"tasks = load_taskset({str(path)!r}).tasks()\n"
+        "assert type(tasks).__name__ == 'TaskRows' and tasks[0] != tasks[-1]\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
