@@ -532,7 +532,8 @@ def _nonblank(
 
     kept: numpy.ndarray[Any, Any] = view[starts] == ord("{")
     for index in np.flatnonzero(~kept).tolist():
-        # what json.loads and str.strip call blank ("\r" of "\r\n" included)
+        # blank to both readers: JSON's whitespace, which str.strip strips too (any other
+        # whitespace makes it a row here, which msgspec refuses: Task's path decides)
         kept[index] = bool(data[starts[index] : ends[index]].strip(b" \t\r"))
     return kept
 
