@@ -7,8 +7,9 @@ and imports included), its wall time, CPU time and peak RSS measured:
 
 - ``load_taskset``: every row checked, the fingerprint (every row's content hash) computed,
   and the first and last rows read as ``Task`` objects;
-- the floor of reading the rows at all: ``json.loads`` of every line, or ``pyarrow`` reading
-  the parquet file and turning it into Python rows;
+- the floor of reading the rows as Python objects: ``json.loads`` of every line, or
+  ``pyarrow`` reading the parquet file and turning it into Python rows (the loader makes no
+  such object per row where the rows allow it, so it can load below these);
 - at the smallest size, the way tasksets were loaded before: a ``Task`` validated per row, and
   the fingerprint hashed from them.
 

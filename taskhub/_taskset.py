@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from taskhub._errors import SchemaError, TasksetError, TasksetNotFound
 from taskhub._limits import MAX_JSON_DEPTH, loads_bounded
-from taskhub._rows import TaskRows, jsonl_rows, parquet_rows
+from taskhub._rows import TaskRows, jsonl_rows, parquet_rows, read_parquet
 from taskhub._schema import Task, TasksetCard, TasksetRef
 
 if TYPE_CHECKING:
@@ -488,7 +488,7 @@ def _read_folder(folder: Path, parts: TasksetRefParts) -> Taskset:
         # a Hub RL environment dataset names its env in environment.yaml
         card = card.model_copy(update={"env": environment.env_spec})
     hashes = _split_hashes(splits)
-    ref = _ref(parts, name, hashes, folder)
+    ref = _ref(parts, name, splits, hashes, folder)
     return Taskset(ref, card, splits, environment, _known_hashes(splits, hashes))
 
 
@@ -501,7 +501,7 @@ def _load_env(url: str) -> Taskset:
         raise TasksetNotFound(f"{url} serves the Task API but lists no tasks")
     card = TasksetCard(name=name, env=url, description=f"The tasks {url} serves (Task API).")
     ref = TasksetRef(
-        source=url, kind="env", name=name, fingerprint=_fingerprint(_split_hashes(splits))
+        source=url, kind="env", name=name, fingerprint=_fingerprint(splits, _split_hashes(splits))
     )
     return Taskset(ref, card, splits)
 
@@ -520,12 +520,12 @@ def _read_file(path: Path, source: str) -> Taskset:
     _check_unique_ids(splits)
     parts = TasksetRefParts(source, "file", path.stem)
     hashes = _split_hashes(splits)
-    ref = _ref(parts, path.stem, hashes, path)
+    ref = _ref(parts, path.stem, splits, hashes, path)
     return Taskset(ref, TasksetCard(), splits, None, _known_hashes(splits, hashes))
 
 
-#: JSON Lines splits smaller than this are checked row by row: the bulk path's Arrow import
-#: (about 0.7 s of CPU) costs more than validating a few thousand rows one at a time.
+#: JSON Lines splits smaller than this are checked row by row: below it, validating a few
+#: thousand rows one at a time costs less than the bulk path's imports (numpy).
 BULK_MIN_BYTES = 1 << 20
 
 
@@ -541,38 +541,45 @@ def _split_rows(split: str, paths: list[Path]) -> Sequence[Task]:
     return rows if rows is not None else _validate_rows(split, _read_files(paths))
 
 
-def _content_hashes(tasks: Sequence[Task]) -> list[str]:
-    if isinstance(tasks, TaskRows):
-        return tasks.content_hashes()  # computed once, at load
-    return [task.content_hash() for task in tasks]
-
-
 def _split_hashes(splits: Mapping[str, Sequence[Task]]) -> dict[str, list[str]]:
-    return {split: _content_hashes(tasks) for split, tasks in splits.items()}
+    """The content hashes of the splits held as ``Task`` objects (``TaskRows`` keeps its own)."""
+    return {
+        split: [task.content_hash() for task in tasks]
+        for split, tasks in splits.items()
+        if not isinstance(tasks, TaskRows)
+    }
 
 
 def _known_hashes(
     splits: Mapping[str, Sequence[Task]], hashes: Mapping[str, list[str]]
 ) -> dict[int, str]:
-    """The hashes of the rows held as ``Task`` objects (``TaskRows`` builds them when read)."""
+    """The hashes of the rows held as ``Task`` objects, by object id."""
     return {
         id(task): digest
-        for split, tasks in splits.items()
-        if not isinstance(tasks, TaskRows)
-        for task, digest in zip(tasks, hashes[split], strict=True)
+        for split, digests in hashes.items()
+        for task, digest in zip(splits[split], digests, strict=True)
     }
 
 
-def _fingerprint(hashes: Mapping[str, Sequence[str]]) -> str:
+def _fingerprint(splits: Mapping[str, Sequence[Task]], hashes: Mapping[str, list[str]]) -> str:
     digest = hashlib.sha256()
-    for split, digests in hashes.items():
+    for split, tasks in splits.items():
         digest.update(split.encode() + b"\n")
-        digest.update("".join(h + "\n" for h in digests).encode())
+        if isinstance(tasks, TaskRows):
+            for block in tasks.hash_lines():  # the hashes computed once, at load
+                digest.update(block)
+        else:
+            digest.update("".join(h + "\n" for h in hashes[split]).encode())
+    return digest.hexdigest()
     return digest.hexdigest()
 
 
 def _ref(
-    parts: TasksetRefParts, name: str, hashes: Mapping[str, Sequence[str]], path: Path
+    parts: TasksetRefParts,
+    name: str,
+    splits: Mapping[str, Sequence[Task]],
+    hashes: Mapping[str, list[str]],
+    path: Path,
 ) -> TasksetRef:
     return TasksetRef(
         source=parts.source,
@@ -581,7 +588,7 @@ def _ref(
         repo_id=parts.repo_id,
         revision=parts.revision,
         commit_sha=parts.commit_sha,
-        fingerprint=_fingerprint(hashes),
+        fingerprint=_fingerprint(splits, hashes),
         path=str(path),
     )
 
@@ -598,10 +605,8 @@ def _read_files(paths: list[Path]) -> Iterator[_Row]:
         if path.suffix in (".jsonl", ".json"):
             yield from _read_json(path)
         elif path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
             try:
-                table = pq.read_table(path)
+                table = read_parquet(path)
             except Exception as exc:
                 raise TasksetError(f"{path}: not a readable parquet file: {exc}") from None
             for index, row in enumerate(table.to_pylist()):

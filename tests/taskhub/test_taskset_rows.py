@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import json
+import math
+import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from taskhub import SchemaError, Task, load_taskset
+from taskhub import SchemaError, Task, canonical_json, load_taskset
+from taskhub._canonical import row_texts, supported
+from taskhub._limits import MAX_JSON_DEPTH
 from taskhub._rows import TaskRows, jsonl_rows, parquet_rows
+from taskhub._schema import MEASURED_FIELDS
 from taskhub._taskset import BULK_MIN_BYTES, _read_files, _validate_rows, builtin_tasksets
+
+MEASURED = set(MEASURED_FIELDS)
 
 ROWS: list[dict[str, Any]] = [
     {"task_id": "plain", "reset": {"seed": 1, "family": "add"}, "answer": "2"},
@@ -214,3 +224,331 @@ def test_floats_written_in_any_form_hash_as_task_validation_hashes_them(tmp_path
     rows = jsonl_rows("test", [path])
     assert rows is not None
     assert rows.content_hashes() == [t.content_hash() for t in slow("test", [path])]
+
+
+# --- the hashed text made without a Task: exact for every row, or the slow path is taken ------
+
+
+def test_msgspec_writes_floats_as_json_dumps_between_1e_4_and_1e16() -> None:
+    # _Floats relies on this: inside the range the two writers agree, outside it they do not
+    encode = msgspec.json.Encoder(order="sorted").encode
+    rng = random.Random(20261205)
+    floats = [0.0, -0.0, 1e-4, math.nextafter(1e-4, 1), math.nextafter(1e16, 0), 1e15, 0.1]
+    floats += [2.0**53, 2.0**53 + 2, 123.0, 9999999999999998.0, 0.30000000000000004]
+    for _ in range(200_000):
+        value = rng.uniform(1, 2) * 2.0 ** rng.randint(-14, 54)
+        if 1e-4 <= value < 1e16:
+            floats.append(value * rng.choice((1, -1)))
+    floats += [float(rng.randint(1, 10**16 - 1)) for _ in range(10_000)]
+    differ = [v for v in floats if encode(v) != canonical_json(v).encode()]
+    assert not differ
+    assert all(encode(v) != canonical_json(v).encode() for v in (1e16, 1e-5, -1.5e300, 5e-5))
+
+
+TRICKY: list[dict[str, Any]] = [
+    {
+        "task_id": "floats",
+        "reset": {"a": 1e16, "b": 0.1, "c": -0.0, "d": 1e-05, "e": 12345678901234567.0},
+        "answer": [0.0001, 9999999999999998.0, 5e-324, 1.7976931348623157e308, 2.5],
+    },
+    {
+        "task_id": "ints",
+        "reset": {"big": 18446744073709551616, "small": -(2**63) - 1},
+        "answer": [0, -1, 2**63, 10**40],
+    },
+    {
+        "task_id": "text",
+        "prompt": 'quote " backslash \\ newline \n tab \t nul \x00 unit \x1f del \x7f é ✓ 😀',
+        "metadata": {"ключ": "значение", "": "empty key", 'a"b': 1, "\n": 2, "Z": 3, "a": 4},
+    },
+    {
+        "task_id": "nested",
+        "reset": {"l": [[1, [2, {"x": None}]], {}], "o": {"z": {"y": {"x": [True, False, None]}}}},
+        "answer": {"k": None, "j": {}},
+    },
+    {
+        "task_id": "defaults",
+        "reset": {},
+        "metadata": {},
+        "answer": None,
+        "prompt": None,
+        "rewards": None,
+        "max_steps": None,
+        "oracle_actions": None,
+    },
+    {"task_id": "rewards-text", "rewards": "exact", "oracle_actions": [], "answer": ""},
+    {"task_id": "measured", "pass_rate": 0.5, "difficulty": 0.5, "profile": {"m": {"n": 1}}},
+    {"task_id": "bools", "answer": False, "reset": {"t": True, "n": None}, "max_steps": 1},
+]
+
+
+@pytest.mark.parametrize("ascii_only", [True, False], ids=["escaped", "utf-8"])
+def test_tricky_json_lines_rows_hash_as_task_validation_hashes_them(
+    tmp_path: Path, ascii_only: bool
+) -> None:
+    path = tmp_path / "test.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=ascii_only) + "\n" for r in TRICKY))
+    rows = jsonl_rows("test", [path])
+    assert rows is not None
+    expected = slow("test", [path])
+    assert rows.content_hashes() == [t.content_hash() for t in expected]
+    assert list(rows) == list(expected)
+
+
+def test_a_file_of_many_chunks_and_shapes_hashes_as_task_validation(tmp_path: Path) -> None:
+    # rows of 1 KB: 18 MB in 4 MB chunks, each taking another way through jsonl_rows
+    pad = "p" * 1000
+    rows: list[dict[str, Any]] = []
+    for i in range(9000):  # the shape of the first row: decoded as structs after chunk 1
+        seed = 1e-5 if i == 5000 else i  # a float msgspec writes otherwise, in chunk 2
+        rows.append({"task_id": f"a{i}", "reset": {"seed": seed, "family": "add"}, "prompt": pad})
+    for i in range(3000):  # another shape: decoded as dicts from here on
+        rows.append({"task_id": f"b{i}", "reset": {"seed": i}, "metadata": {"k": i}, "prompt": pad})
+    for i in range(3000):  # measured rows
+        rows.append({"task_id": f"c{i}", "pass_rate": i / 3000, "prompt": pad})
+    for i in range(3000):  # now and then a float msgspec writes otherwise
+        reset = {"x": 1e-5 if i % 1000 == 7 else 0.5}
+        rows.append({"task_id": f"d{i}", "reset": reset, "prompt": pad})
+    path = tmp_path / "train.jsonl"
+    lines = [json.dumps(r) for r in rows]
+    lines[100:100] = ["", "   "]  # blank lines hold no row
+    path.write_text("\n".join(lines))  # and no newline at the end
+    got = jsonl_rows("train", [path])
+    assert got is not None and len(got) == len(rows)
+    expected = slow("train", [path])
+    assert got.content_hashes() == [t.content_hash() for t in expected]
+    assert got.task_ids == [r["task_id"] for r in rows]
+    assert [got[i] for i in range(0, len(rows), 997)] == list(expected[::997])
+    assert got[-1] == expected[-1]
+
+
+@pytest.mark.parametrize("escaped", [False, True], ids=["named", "escaped-keys"])
+def test_rows_of_one_shape_with_keys_of_every_kind_hash_as_task_validation(
+    tmp_path: Path, escaped: bool
+) -> None:
+    # past the first chunk these rows are decoded as structs named by the first row's keys:
+    # empty, upper case, non-ASCII and outside the BMP, sorted as Python sorts them (keys
+    # that need an escape stay dict keys: msgspec refuses them as names)
+    keys = ["ключ", "", "Z", "a", "\uffff", "😀", "é", "e e"]
+    if escaped:
+        keys += ['a"b', "\n", "e\\"]
+    pad = "p" * 1000
+    rows = [
+        {
+            "task_id": f"t{i}",
+            "reset": {key: [i, key] for key in keys},
+            "metadata": {key: {"n": None} for key in reversed(keys)},
+            "prompt": pad,
+        }
+        for i in range(6000)
+    ]
+    path = write_jsonl(tmp_path / "train.jsonl", rows)
+    got = jsonl_rows("train", [path])
+    assert got is not None
+    expected = slow("train", [path])
+    assert got.content_hashes() == [t.content_hash() for t in expected]
+    assert got[5999] == expected[5999]
+
+
+def test_crlf_lines_load_in_bulk_and_a_lone_carriage_return_does_not(tmp_path: Path) -> None:
+    path = tmp_path / "test.jsonl"
+    path.write_bytes(b"".join(json.dumps(r).encode() + b"\r\n" for r in ROWS) + b"\r\n")
+    rows = jsonl_rows("test", [path])
+    assert rows is not None
+    assert rows.content_hashes() == [t.content_hash() for t in slow("test", [path])]
+    path.write_bytes(b'{"task_id": "a",\r"answer": 1}\n')  # splitlines breaks this line
+    assert jsonl_rows("test", [path]) is None
+    with pytest.raises(SchemaError, match="test.jsonl line 1: not valid JSON"):
+        load_taskset(str(path))
+
+
+def test_rows_nested_past_the_limit_get_task_validation(tmp_path: Path) -> None:
+    def row(depth: int) -> str:  # the row object, reset and depth - 2 lists
+        lists = depth - 2
+        return '{"task_id": "deep", "reset": {"a": ' + "[" * lists + "]" * lists + "}}"
+
+    path = tmp_path / "test.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + row(MAX_JSON_DEPTH) + "\n")
+    rows = jsonl_rows("test", [path])
+    assert rows is not None and list(rows) == list(slow("test", [path]))
+    path.write_text(json.dumps(ROWS[0]) + "\n" + row(MAX_JSON_DEPTH + 1) + "\n")
+    assert jsonl_rows("test", [path]) is None
+    with pytest.raises(SchemaError, match="line 2: not valid JSON: nested deeper than 100"):
+        load_taskset(str(path))
+
+
+def test_two_rows_on_one_line_get_task_validation(tmp_path: Path) -> None:
+    path = tmp_path / "test.jsonl"
+    path.write_text('{"task_id": "a"} {"task_id": "b"}\n{"task_id": "c"}\n')
+    assert jsonl_rows("test", [path]) is None
+    with pytest.raises(SchemaError, match="line 1: not valid JSON"):
+        load_taskset(str(path))
+
+
+def test_bulk_json_lines_loading_needs_no_pyarrow(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "train.jsonl", [{"task_id": f"t{i}", "prompt": "x" * 300} for i in range(5000)]
+    )
+    assert path.stat().st_size >= BULK_MIN_BYTES
+    script = (
+        "import sys\nfrom taskhub import load_taskset\n"
+        f"assert type(load_taskset({str(path)!r}).tasks()).__name__ == 'TaskRows'\n"
+        "load_taskset('arith')\n"
+        "print('pyarrow' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# --- parquet: the canonical text built a column at a time --------------------------------------
+
+
+def tricky_table() -> pa.Table:
+    """Every type the column-wise text handles, with nulls where each kind of null means
+    something else (an absent key, a JSON null, a default)."""
+    item = pa.struct([("a", pa.int64()), ("b", pa.string())])
+    reset = pa.struct(
+        [
+            ("i8", pa.int8()),
+            ("u64", pa.uint64()),
+            ("i64", pa.int64()),
+            ("f32", pa.float32()),
+            ("f64", pa.float64()),
+            ("flag", pa.bool_()),
+            ("text", pa.string()),
+            ("ints", pa.list_(pa.int64())),
+            ("items", pa.large_list(item)),
+            ("never", pa.null()),
+            ("inner", pa.struct([("x", pa.int64()), ("y", pa.string())])),
+        ]
+    )
+    metadata = pa.struct(
+        [('a"b', pa.int64()), ("é", pa.string()), ("Z", pa.int64()), ("", pa.bool_())]
+    )
+    answer = pa.struct([("k", pa.int64()), ("l", pa.list_(pa.float64())), ("n", pa.null())])
+    profile = pa.struct([("m", pa.float64())])
+    schema = pa.schema(
+        [
+            ("task_id", pa.string()),
+            ("reset", reset),
+            ("metadata", metadata),
+            ("answer", answer),
+            ("prompt", pa.large_string()),
+            ("rewards", pa.list_(pa.string())),
+            ("max_steps", pa.int32()),
+            ("oracle_actions", pa.list_(item)),
+            ("pass_rate", pa.float64()),
+            ("profile", profile),
+        ]
+    )
+    every_control = "".join(chr(c) for c in range(32))
+    rows: list[dict[str, Any]] = [
+        {
+            "task_id": 'esc " \\ ' + every_control + " é ✓ 😀",
+            "reset": {
+                "i8": -128,
+                "u64": 2**64 - 1,
+                "i64": -(2**63),
+                "f32": 0.1,
+                "f64": 1e16,
+                "flag": True,
+                "text": "a\nb",
+                "ints": [1, None, 3],
+                "items": [{"a": 1, "b": None}, None, {"a": None, "b": "x"}],
+                "inner": {"x": 1, "y": None},
+            },
+            "metadata": {'a"b': 1, "é": "ü", "Z": None, "": False},
+            "answer": {"k": None, "l": [1.0, None, -0.0, 1e-05], "n": None},
+            "prompt": "line\r\nnext\ttab",
+            "rewards": ["exact", "fuzzy=0.5"],
+            "max_steps": 3,
+            "oracle_actions": [{"a": 1, "b": None}],
+            "pass_rate": 0.25,
+            "profile": {"m": 1.0},
+        },
+        {  # every key of reset and metadata null: {} (the default), left out
+            "task_id": "empty",
+            "reset": {},
+            "metadata": {},
+            "answer": {"k": 1, "l": [], "n": None},
+            "oracle_actions": [],
+        },
+        {"task_id": "nulls"},  # every column null: the keys are absent
+        {
+            "task_id": "floats",
+            "reset": {"f64": 12345678901234567.0, "f32": -3.5, "ints": [], "items": []},
+            "answer": {"l": [5e-324, 1.7976931348623157e308, 0.30000000000000004]},
+            "rewards": [],
+        },
+    ]
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def test_tricky_parquet_rows_hash_as_task_validation_hashes_them(tmp_path: Path) -> None:
+    path = tmp_path / "train.parquet"
+    pq.write_table(tricky_table(), path)
+    fast = parquet_rows("train", [path])
+    assert fast is not None
+    expected = slow("train", [path])
+    assert fast.content_hashes() == [t.content_hash() for t in expected]
+    assert list(fast) == list(expected)
+
+
+def test_the_column_wise_text_of_a_slice_is_the_text_of_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "train.parquet"
+    pq.write_table(tricky_table(), path)
+    table = pq.read_table(path)
+    tasks = slow("train", [path])
+    for start, stop in [(0, 4), (1, 3), (2, 4), (3, 4)]:
+        texts = row_texts(table.slice(start, stop - start)).to_pylist()
+        assert texts == [
+            canonical_json(t.model_dump(mode="json", exclude_defaults=True, exclude=MEASURED))
+            for t in tasks[start:stop]
+        ]
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pa.timestamp("s"),
+        pa.date32(),
+        pa.binary(),
+        pa.decimal128(5, 2),
+        pa.float16(),
+        pa.dictionary(pa.int32(), pa.string()),
+        pa.map_(pa.string(), pa.int64()),
+        pa.struct([("a", pa.int64()), ("a", pa.int64())]),
+        pa.list_(pa.timestamp("s")),
+    ],
+    ids=str,
+)
+def test_types_without_an_exact_text_are_refused(kind: pa.DataType) -> None:
+    assert not supported(kind)
+    assert not supported(pa.struct([("x", kind)]))
+
+
+def test_a_parquet_value_task_refuses_is_not_hashed_in_bulk(tmp_path: Path) -> None:
+    # a timestamp inside reset: Task refuses it, so the bulk path must not take it
+    path = tmp_path / "train.parquet"
+    table = pa.table(
+        {"task_id": ["a"], "reset": pa.array([{"at": 0}], pa.struct([("at", pa.timestamp("s"))]))}
+    )
+    pq.write_table(table, path)
+    assert parquet_rows("train", [path]) is None
+    with pytest.raises(SchemaError, match=r"train row 0 .*field 'reset\.at'"):
+        load_taskset(str(path))
+
+
+def test_bulk_parquet_loading_needs_no_pandas(tmp_path: Path) -> None:
+    # pa.array and pa.scalar import pandas (a second on a cold start): the bulk path and the
+    # tasks read afterwards build their Arrow values without them
+    path = tmp_path / "train.parquet"
+    pq.write_table(tricky_table(), path)
+    script = (
+        "import sys\nfrom taskhub import load_taskset\n"
+        f"tasks = load_taskset({str(path)!r}).tasks()\n"
+        "assert type(tasks).__name__ == 'TaskRows' and tasks[0] != tasks[-1]\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
