@@ -8,7 +8,9 @@ registration function, added to the page with a ``<script>`` tag when needed (wo
   sample, outcome, reward, success, steps, error type) of ``chunk_size`` episodes;
 - ``page-NNNNN.js``: ``TASKHUB.page(N, "...")``, the full records of ``page_size`` episodes, each
   stored once: their lines as in the results file, gzip-compressed and base64-encoded (the
-  browser inflates them with ``DecompressionStream``), opened one page at a time.
+  browser inflates them with ``DecompressionStream``), opened one page at a time. A page's
+  text is a slice of the bytes read from the results file (``record_line``), compressed
+  without being parsed or copied.
 
 Episode ``i`` (in file order) is entry ``i % chunk_size`` of index chunk ``i // chunk_size`` and
 record ``i % page_size`` of page ``i // page_size``. Runs are written as they are read, a block
@@ -27,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from taskhub import OUTCOMES
 
@@ -47,7 +49,7 @@ EPISODE_COLUMNS = (
     "success",
     "num_steps",
     "error_type",
-    "record_json",
+    "record_line",
 )
 #: zlib's fastest level: most of a site's build time is compressing trajectories.
 _LEVEL = 1
@@ -103,8 +105,8 @@ class EpisodeWriter:
         self.count = 0
         self._index: list[pa.Table] = []
         self._index_rows = 0
-        self._records: list[pa.Array] = []
-        self._record_rows = 0
+        self._lines: list[pa.Array] = []
+        self._line_rows = 0
         self._chunks = 0
         self._pages = 0
         self._writing: list[Future[None]] = []
@@ -113,16 +115,18 @@ class EpisodeWriter:
         """Add the next episodes: rows of ``read_results_table`` with ``EPISODE_COLUMNS``."""
         if table.num_rows == 0:
             return
+        lines = table["record_line"]
+        chunks = lines.chunks if isinstance(lines, pa.ChunkedArray) else [lines]
         if self.page_size is None:
-            size = pc.sum(pc.binary_length(table["record_json"])).as_py() or 0
+            # as long as the records' JSON: their lines less the line breaks
+            size = sum(_text_bytes(chunk, 0, len(chunk)) for chunk in chunks) - table.num_rows
             average = max(size / table.num_rows, 1)
             self.page_size = min(max(round(PAGE_BYTES / average), PAGE_SIZES[0]), PAGE_SIZES[1])
         self.count += table.num_rows
-        self._index.append(table.drop_columns(["record_json"]))
+        self._index.append(table.drop_columns(["record_line"]))
         self._index_rows += table.num_rows
-        records = table["record_json"]
-        self._records.extend(records.chunks if isinstance(records, pa.ChunkedArray) else [records])
-        self._record_rows += table.num_rows
+        self._lines.extend(chunk for chunk in chunks if len(chunk))
+        self._line_rows += table.num_rows
         self._flush(final=False)
 
     def close(self) -> EpisodeFiles:
@@ -148,22 +152,32 @@ class EpisodeWriter:
             self._chunks += 1
             self._index, self._index_rows = [rest], rest.num_rows
         size = self.page_size or PAGE_SIZES[0]
-        if self._record_rows < size and not (final and self._record_rows):
-            return
-        records = pa.chunked_array(self._records, pa.large_string()).combine_chunks()
-        whole = len(records) if final else len(records) - len(records) % size
-        pages = -(-whole // size)
-        # one JSON Lines text per page, joined in one Arrow call
-        bounds = [min(i * size, whole) for i in range(pages + 1)]
-        lists = pa.LargeListArray.from_arrays(pa.array(bounds, pa.int64()), records.slice(0, whole))
-        joined = pc.binary_join(lists, pa.scalar("\n", pa.large_string()))
-        for text in joined:
-            self._write_page(self._pages, text.as_buffer())
+        while self._line_rows >= size or (final and self._line_rows):
+            self._write_page(self._pages, self._take_page(min(size, self._line_rows)))
             self._pages += 1
-        rest = records.slice(whole)
-        self._records, self._record_rows = [rest], len(rest)
 
-    def _write_page(self, number: int, text: pa.Buffer) -> None:
+    def _take_page(self, rows: int) -> list[pa.Buffer]:
+        """The text of the next ``rows`` pending records: their lines, the last one's break cut.
+
+        Slices of the buffers the lines were read into, one per block of records the page
+        spans (usually one).
+        """
+        parts: list[pa.Buffer] = []
+        while rows:
+            lines = self._lines[0]
+            taken = min(rows, len(lines))
+            start = _line_offsets(lines)[0]
+            parts.append(lines.buffers()[2].slice(start, _text_bytes(lines, 0, taken)))
+            if taken == len(lines):
+                self._lines.pop(0)
+            else:
+                self._lines[0] = lines.slice(taken)
+            rows -= taken
+            self._line_rows -= taken
+        parts[-1] = parts[-1].slice(0, parts[-1].size - 1)
+        return parts
+
+    def _write_page(self, number: int, text: list[pa.Buffer]) -> None:
         job = _page_job(self.folder / f"page-{number:05d}.js", number, text)
         if self.executor is None:
             job()
@@ -180,10 +194,24 @@ class EpisodeWriter:
         self._writing.append(self.executor.submit(job))
 
 
-def _page_job(path: Path, number: int, text: pa.Buffer) -> Callable[[], None]:
+def _line_offsets(lines: pa.Array) -> Any:
+    """Where each of ``lines`` (a large string array) starts in its data buffer, and the end."""
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)
+    return offsets[lines.offset : lines.offset + len(lines) + 1]
+
+
+def _text_bytes(lines: pa.Array, start: int, stop: int) -> int:
+    """Bytes of ``lines[start:stop]``, back to back in the array's data buffer."""
+    offsets = _line_offsets(lines)
+    return int(offsets[stop] - offsets[start])
+
+
+def _page_job(path: Path, number: int, text: list[pa.Buffer]) -> Callable[[], None]:
     def write() -> None:
         packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, 31)  # 31: a gzip stream
-        packed = packer.compress(memoryview(text)) + packer.flush()
+        # A page spanning two blocks is joined first: one call, the bytes of one text.
+        whole = memoryview(text[0]) if len(text) == 1 else b"".join(text)
+        packed = packer.compress(whole) + packer.flush()
         with path.open("wb") as f:
             f.write(b'TASKHUB.page(%d,"' % number)
             f.write(base64.b64encode(packed))
