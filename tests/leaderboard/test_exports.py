@@ -142,3 +142,46 @@ def test_pages_are_the_records_lines_across_blocks(tmp_path: Path, batch_rows: i
         page = (tmp_path / "files" / f"page-{number:05d}.js").read_text()
         packed = base64.b64decode(page[len(f'TASKHUB.page({number},"') : -len('");\n')])
         assert gzip.decompress(packed).decode() == "\n".join(lines[6 * number : 6 * number + 6])
+
+
+def test_index_files_hold_what_the_plain_lists_hold(tmp_path: Path) -> None:
+    """Index columns from numpy and Arrow kernels equal the plain per-value lists."""
+    import pyarrow as pa
+
+    from taskhub import OUTCOMES
+
+    tasks = ["b", "ä", "a", "z", "é", "a", "Z", "ä"]
+    part = pa.table(
+        {
+            "task_id": tasks,
+            "sample": [0, 1, 2, 3, 4, 5, 6, 7],
+            "outcome": ["scored", "agent_error", "infra_error", "scored"] * 2,
+            "reward": [1.0, None, 0.25, float("nan"), 0.0, None, 1e-07, 3.5],
+            "success": [True, None, False, True, None, False, True, False],
+            "num_steps": [1, 0, 3, 2, 1, 1, 1, 9],
+            "error_type": [None, "ParseError", "EnvTimeout", None, "Ünknown", None, "A", "A"],
+        }
+    )
+    names = sorted(set(tasks))
+    errors = part["error_type"].to_pylist()
+    error_names = sorted({e for e in errors if e is not None})
+    expected = {
+        "tasks": names,
+        "t": [names.index(t) for t in tasks],
+        "s": list(range(8)),
+        "o": [OUTCOMES.index(o) for o in part["outcome"].to_pylist()],
+        "r": part["reward"].to_pylist(),
+        "k": [None if s is None else int(s) for s in part["success"].to_pylist()],
+        "n": part["num_steps"].to_pylist(),
+        "errors": error_names,
+        "e": [-1 if e is None else error_names.index(e) for e in errors],
+    }
+    writer = EpisodeWriter(tmp_path, chunk_size=8)
+    writer.add(part.append_column("record_line", pa.array(["{}\n"] * 8, pa.large_string())))
+    writer.close()
+    text = (tmp_path / "index-0000.js").read_text()
+    assert text == (
+        "TASKHUB.index(0,"
+        + json.dumps(expected, ensure_ascii=False, separators=(",", ":"))
+        + ");\n"
+    )
