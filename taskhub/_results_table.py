@@ -952,7 +952,7 @@ def _from_index(
             yield pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _record_lines(f: IO[bytes], part: pyarrow.Table) -> Any:
+def _record_lines(f: io.BufferedReader, part: pyarrow.Table) -> Any:
     """The lines an index slice points to, read from the results file, line breaks kept."""
     import numpy as np
     import pyarrow as pa
@@ -962,15 +962,18 @@ def _record_lines(f: IO[bytes], part: pyarrow.Table) -> Any:
     first = int(offsets[0])
     size = int(offsets[-1] + lengths[-1]) - first
     f.seek(first)
-    data = f.read(size)
+    # Into memory from Arrow's pool, which reuses the blocks already let go of: a new bytes
+    # object of this size is fresh memory, and touching it first costs as much as the read.
+    data = pa.allocate_buffer(size)
+    read = f.readinto(memoryview(data))
     # the lines are contiguous (checked when the index was read), each ending in "\n"
     bounds = np.append(offsets - first, size).astype(np.int64)
-    if len(data) != size or not (np.frombuffer(data, np.uint8)[bounds[1:] - 1] == 10).all():
+    if read != size or not (np.frombuffer(data, np.uint8)[bounds[1:] - 1] == 10).all():
         raise ResultsError(
             f"{f.name} changed while it was read; read it again (or delete "
             f"{index_path(Path(f.name)).name} if it was edited by hand)"
         )
-    array = pa.LargeStringArray.from_buffers(len(offsets), pa.py_buffer(bounds), pa.py_buffer(data))
+    array = pa.LargeStringArray.from_buffers(len(offsets), pa.py_buffer(bounds), data)
     array.validate(full=True)
     return array
 
