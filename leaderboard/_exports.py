@@ -79,30 +79,24 @@ def write_table(
         frame = rows[columns]
         cells = [_json_column(frame[c]) for c in columns]
         count = len(frame)
+        csv_rows = _csv_rows(_csv_frame(frame))
     else:
         records = [{c: row.get(c) for c in columns} for row in rows]
         cells = [[_json_cell(r[c]) for r in records] for c in columns]
         count = len(records)
+        csv_rows = [
+            tuple("" if r[c] is None else _csv_value(r[c]) for c in columns) for r in records
+        ]
     lines = _json_lines(columns, cells, count)
     bounds = _part_bounds(lines, part_bytes)
     files = TableFiles(f"data/{name}", len(bounds) - 1)
-    if isinstance(rows, pd.DataFrame):
-        csv_frame = _csv_frame(frame)
     for part, (start, stop) in enumerate(itertools.pairwise(bounds)):
         path = site / files.part(part)
-        if isinstance(rows, pd.DataFrame):
-            csv_frame.iloc[start:stop].to_csv(
-                path.with_name(path.name + ".csv"), index=False, lineterminator="\n"
-            )
-        else:
-            text = io.StringIO()
-            writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(
-                {c: "" if r[c] is None else _csv_value(r[c]) for c in columns}
-                for r in records[start:stop]
-            )
-            path.with_name(path.name + ".csv").write_text(text.getvalue(), encoding="utf-8")
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(csv_rows[start:stop])
+        path.with_name(path.name + ".csv").write_text(text.getvalue(), encoding="utf-8")
         path.with_name(path.name + ".json").write_text(
             "[\n" + ",\n".join(lines[start:stop]) + "\n]\n", encoding="utf-8"
         )
@@ -189,6 +183,27 @@ def _csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
         ):
             changed[name] = column.map(_csv_value)
     return frame.assign(**changed) if changed else frame
+
+
+def _csv_rows(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """The rows of ``frame`` as ``DataFrame.to_csv`` hands them to the csv module.
+
+    Its conversions, without its per-call cost (a table is written in many parts): floats as
+    numpy writes them (``astype(str)``), missing values as empty cells, anything else as is.
+    """
+    columns = []
+    for name in frame.columns:
+        column = frame[name]
+        missing = column.isna().to_numpy()
+        if isinstance(column.dtype, np.dtype) and column.dtype.kind == "f":
+            values = column.to_numpy().astype(str).astype(object)
+        elif isinstance(column.dtype, np.dtype):
+            values = np.array(column.to_numpy(), dtype=object)
+        else:
+            values = np.asarray(column.array.astype(object))
+        values[missing] = ""
+        columns.append(values.tolist())
+    return list(zip(*columns, strict=True)) if columns else [() for _ in range(len(frame))]
 
 
 def _csv_value(value: Any) -> Any:

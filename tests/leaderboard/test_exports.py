@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from taskhub.leaderboard._episodes import EPISODE_COLUMNS, EpisodeWriter
-from taskhub.leaderboard._exports import write_table
+from taskhub.leaderboard._exports import _csv_value, write_table
 
 from taskhub import iter_results_tables
 
@@ -69,6 +69,8 @@ def tricky_frame(n: int) -> Any:
 
 
 def test_a_frame_is_written_as_json_dumps_writes_each_row(tmp_path: Path) -> None:
+    import pandas as pd
+
     frame = tricky_frame(500)
     columns = list(frame.columns)
     files = write_table(tmp_path, "t", frame, columns, part_bytes=4096)
@@ -91,12 +93,15 @@ def test_a_frame_is_written_as_json_dumps_writes_each_row(tmp_path: Path) -> Non
         size += length
     rows_per_part = [len(json.loads(text)) for text in texts]
     assert rows_per_part == [b - a for a, b in zip(bounds, [*bounds[1:], len(lines)], strict=True)]
-    # the CSV: formulas defused, every row once
-    rows = [
-        r
-        for text in read_parts(tmp_path, "t", files.parts, ".csv")
-        for r in csv.DictReader(text.splitlines())
-    ]
+    # the CSV: what pandas writes for the same rows, formulas defused
+    csv_texts = read_parts(tmp_path, "t", files.parts, ".csv")
+    ends = [*bounds[1:], len(lines)]
+    text_columns = [c for c in columns if pd.api.types.is_string_dtype(frame[c].dtype)]
+    for text, start, stop in zip(csv_texts, bounds, ends, strict=True):
+        piece = frame.iloc[start:stop]
+        defused = piece.assign(**{c: piece[c].map(_csv_value) for c in text_columns})
+        assert text == defused.to_csv(index=False, lineterminator="\n")
+    rows = [r for text in csv_texts for r in csv.DictReader(text.splitlines())]
     assert [r["task_id"] for r in rows] == frame["task_id"].tolist()
     assert {r["formula"] for r in rows} == {"'=1+1", "'-x", "ok"}
 
