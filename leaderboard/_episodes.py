@@ -35,6 +35,8 @@ import pyarrow.compute as pc
 
 from taskhub import OUTCOMES
 
+from ._stats import python_values
+
 #: Bytes of records (uncompressed) a page file aims at: opening an episode loads one page, and
 #: every file costs its creation. Compressed, a page is a small fraction of this.
 PAGE_BYTES = 2 * 1024 * 1024
@@ -230,11 +232,11 @@ def _index_columns(part: pa.Table) -> dict[str, Any]:
     return {
         "tasks": task_names,
         "t": task_codes,
-        "s": _values(part["sample"]),
-        "o": _values(outcomes),
-        "r": _values(part["reward"]),
-        "k": _values(pc.cast(part["success"], pa.int64())),
-        "n": _values(part["num_steps"]),
+        "s": python_values(part["sample"]),
+        "o": python_values(outcomes),
+        "r": python_values(part["reward"]),
+        "k": python_values(pc.cast(part["success"], pa.int64())),
+        "n": python_values(part["num_steps"]),
         "errors": error_names,
         "e": error_codes,
     }
@@ -247,21 +249,7 @@ def _codes(column: pa.ChunkedArray) -> tuple[list[str], list[int]]:
     """
     names = pc.drop_null(pc.unique(column)).sort()
     codes = pc.fill_null(pc.index_in(column, value_set=names), -1)
-    return names.to_pylist(), _values(codes)
-
-
-def _values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
-    """A numeric column's values as Python numbers, None for nulls (as ``to_pylist`` gives)."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if column.null_count == 0:
-        values: list[Any] = column.to_numpy(zero_copy_only=False).tolist()
-        return values
-    filled = pc.fill_null(column, pa.scalar(0, column.type))
-    values = filled.to_numpy(zero_copy_only=False).tolist()
-    for at in np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False)).tolist():
-        values[at] = None
-    return values
+    return names.to_pylist(), python_values(codes)
 
 
 def _js(value: Any) -> str:
