@@ -136,7 +136,15 @@ def _json_column(column: pd.Series[Any]) -> list[str]:
         return cells
     if isinstance(dtype, np.dtype) and dtype.kind == "b":
         return ["true" if v else "false" for v in column.to_numpy().tolist()]
-    return [_json_cell(v) for v in column.tolist()]
+    items = column.tolist()
+    if _is_text(column) and not column.hasnans:
+        return list(map(_encode_string, items))
+    return [_json_cell(v) for v in items]
+
+
+def _is_text(column: pd.Series[Any]) -> bool:
+    """Whether ``column`` is of pandas' string dtype: text only, missing values aside."""
+    return isinstance(column.dtype, pd.StringDtype)
 
 
 def _json_lines(columns: list[str], cells: list[list[str]], count: int) -> list[str]:
@@ -177,10 +185,14 @@ def _csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
         column = frame[name]
         if not (column.dtype == object or pd.api.types.is_string_dtype(column.dtype)):
             continue
-        if any(
-            isinstance(v, list | dict) or (isinstance(v, str) and v.startswith(_FORMULA))
-            for v in column.tolist()
-        ):
+        if _is_text(column):
+            needed = bool(column.str.startswith(_FORMULA).fillna(False).any())
+        else:
+            needed = any(
+                isinstance(v, list | dict) or (isinstance(v, str) and v.startswith(_FORMULA))
+                for v in column.tolist()
+            )
+        if needed:
             changed[name] = column.map(_csv_value)
     return frame.assign(**changed) if changed else frame
 
