@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from queue import Full, Queue
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 import pyarrow as pa
 
@@ -336,7 +336,8 @@ def assemble(
         ResultsError: A results file is malformed.
     """
     runs: list[RunEntry] = []
-    wanted = list(dict.fromkeys([*STAT_COLUMNS, *(EPISODE_COLUMNS if episodes else ())]))
+    wanted = [*STAT_COLUMNS, *(EPISODE_COLUMNS if episodes is not None else ())]
+    wanted = list(dict.fromkeys(wanted))
     fields = [group_by] if group_by is not None else []
     kept = [*STAT_COLUMNS, *([GROUP_COLUMN] if group_by is not None else [])]
     # Runs are read on a thread a block ahead: reading (file, index, parsing) lets go of the
@@ -506,7 +507,7 @@ def _read_ahead(items: Iterator[_T], depth: int = 1) -> Generator[_T, None, None
                 raise item
             if item is _END:
                 return
-            yield item  # type: ignore[misc]
+            yield cast(_T, item)
     finally:
         stop.set()
         thread.join()
