@@ -5,10 +5,14 @@ messages and trajectory, about 1.4 KB; see ``_episodes.py``) spread over 4 model
 (8 runs, 4 samples per task, some agent and infra errors), each run with the index a run writes
 as it goes. For each size the benchmark builds the site and reports:
 
-- build time, site size, file count and the largest file (target: none over 1 MB);
-- a floor measured in the same run: reading every record, parsing it with ``json.loads`` and
-  writing its bytes once (a site holds every trajectory and must read every number), and
-  build time / floor;
+- build time, the CPU seconds of the build (every thread of the process: pages are compressed
+  and runs read on threads) and the load average as the build started (the machine is shared:
+  a wall time means little without them), site size, file count and the largest file (target:
+  none over 1 MB);
+- a reference measured in the same run: reading every record, parsing it with ``json.loads``
+  and writing its bytes once, the least a build that parses its records does, and build time /
+  reference. The site parses none: its numbers come from each run's index and its episode
+  pages are the records' lines as read, compressed;
 - at the smallest size, ``read_results`` (an ``EpisodeRecord`` per line) against
   ``read_results_table`` (the fast path the leaderboard uses) on the same runs;
 - the growth ratio, time at the largest size / time at the size ten times smaller
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -63,8 +68,8 @@ def size_of(folder: Path) -> tuple[int, int, int]:
     return sum(sizes), len(sizes), max(sizes, default=0)
 
 
-def io_floor(inputs: Path, scratch: Path) -> float:
-    """The least any build does: read every record, parse its JSON, write its bytes once."""
+def parse_reference(inputs: Path, scratch: Path) -> float:
+    """Read every record, parse its JSON, write its bytes once: a build that parses, at least."""
     scratch.mkdir()
     started = time.perf_counter()
     for i, path in enumerate(sorted(inputs.rglob("*.jsonl"))):
@@ -87,22 +92,25 @@ def main() -> None:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="taskhub-bench-leaderboard-"))
     times: dict[int, float] = {}
     print(
-        f"{'records':>9} {'input MB':>9} {'build s':>8} {'site MB':>8} {'files':>7} "
-        f"{'largest KB':>10} {'floor s':>8} {'build/floor':>11}"
+        f"{'records':>9} {'input MB':>9} {'build s':>8} {'CPU s':>6} {'load':>5} {'site MB':>8} "
+        f"{'files':>7} {'largest KB':>10} {'parse s':>8} {'build/parse':>11}"
     )
     try:
         for n in sizes:
             inputs = work / f"inputs-{n}"
             make_inputs(inputs, n)
             input_bytes, _, _ = size_of(inputs)
-            floor = io_floor(inputs, work / "scratch")
-            started = time.perf_counter()
+            parse = parse_reference(inputs, work / "scratch")
+            load = os.getloadavg()[0]
+            started, cpu = time.perf_counter(), time.process_time()
             build_site([inputs], work / f"site-{n}")
             times[n] = elapsed = time.perf_counter() - started
+            cpu = time.process_time() - cpu
             site_bytes, files, largest = size_of(work / f"site-{n}")
             print(
-                f"{n:>9} {input_bytes / 1e6:>9.1f} {elapsed:>8.2f} {site_bytes / 1e6:>8.1f} "
-                f"{files:>7} {largest / 1024:>10.0f} {floor:>8.2f} {elapsed / floor:>11.1f}",
+                f"{n:>9} {input_bytes / 1e6:>9.1f} {elapsed:>8.2f} {cpu:>6.2f} {load:>5.2f} "
+                f"{site_bytes / 1e6:>8.1f} {files:>7} {largest / 1024:>10.0f} {parse:>8.2f} "
+                f"{elapsed / parse:>11.1f}",
                 flush=True,
             )
             if n == sizes[0]:

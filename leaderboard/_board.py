@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from queue import Full, Queue
+from typing import Protocol, TypeVar, cast
 
 import pyarrow as pa
 
@@ -35,7 +37,7 @@ from taskhub import (
 )
 
 from ._episodes import EPISODE_COLUMNS
-from ._inputs import Inputs
+from ._inputs import Inputs, RunInput
 from ._stats import STAT_COLUMNS, Pair, Stats, rank_paired, summarize_table, task_means
 
 #: Verdicts from best to worst; envs without a report come after all of them.
@@ -334,43 +336,50 @@ def assemble(
         ResultsError: A results file is malformed.
     """
     runs: list[RunEntry] = []
-    for source in inputs.runs:
-        manifest = source.manifest
-        config = comparability(manifest)
-        entry = RunEntry(
-            manifest=manifest,
-            slug=slug(manifest.run_id, manifest.run_id),
-            table=pa.table({}),
-            stats=summarize_table(results_schema(STAT_COLUMNS).empty_table()),
-            comparability=config,
-        )
-        sink = episodes(entry) if episodes is not None else None
-        wanted = list(dict.fromkeys([*STAT_COLUMNS, *(EPISODE_COLUMNS if sink else ())]))
-        fields = [group_by] if group_by is not None else []
-        kept = [*STAT_COLUMNS, *([GROUP_COLUMN] if group_by is not None else [])]
-        parts = [_empty_part(group_by)]
-        for table in iter_results_tables(
-            source.results, columns=wanted, validate=validate, task_fields=fields
-        ):
+    wanted = [*STAT_COLUMNS, *(EPISODE_COLUMNS if episodes is not None else ())]
+    wanted = list(dict.fromkeys(wanted))
+    fields = [group_by] if group_by is not None else []
+    kept = [*STAT_COLUMNS, *([GROUP_COLUMN] if group_by is not None else [])]
+    # Runs are read on a thread a block ahead: reading (file, index, parsing) lets go of the
+    # GIL, and overlaps with the statistics and episode files of the block before.
+    blocks = _read_ahead(
+        _run_blocks(inputs.runs, columns=wanted, validate=validate, task_fields=fields)
+    )
+    try:
+        for source in inputs.runs:
+            manifest = source.manifest
+            config = comparability(manifest)
+            entry = RunEntry(
+                manifest=manifest,
+                slug=slug(manifest.run_id, manifest.run_id),
+                table=pa.table({}),
+                stats=summarize_table(results_schema(STAT_COLUMNS).empty_table()),
+                comparability=config,
+            )
+            sink = episodes(entry) if episodes is not None else None
+            parts = [_empty_part(group_by)]
+            while (table := next(blocks)) is not None:
+                if sink is not None:
+                    sink.add(table.select(list(EPISODE_COLUMNS)))
+                if group_by is not None:
+                    table = table.rename_columns(
+                        [
+                            GROUP_COLUMN if c == task_field_column(group_by) else c
+                            for c in table.column_names
+                        ]
+                    )
+                parts.append(table.select(kept))
             if sink is not None:
-                sink.add(table.select(list(EPISODE_COLUMNS)))
-            if group_by is not None:
-                table = table.rename_columns(
-                    [
-                        GROUP_COLUMN if c == task_field_column(group_by) else c
-                        for c in table.column_names
-                    ]
-                )
-            parts.append(table.select(kept))
-        if sink is not None:
-            sink.close()
-        entry.table = pa.concat_tables(parts).combine_chunks()
-        entry.stats = summarize_table(
-            entry.table.select(list(STAT_COLUMNS)),
-            n_planned=manifest.n_planned,
-            comparability=config,
-        )
-        runs.append(entry)
+                sink.close()
+            entry.table = pa.concat_tables(parts).combine_chunks()
+            entry.stats = summarize_table(
+                entry.table.select(list(STAT_COLUMNS)),
+                n_planned=manifest.n_planned,
+                comparability=config,
+            )
+            runs.append(entry)
+    finally:
+        blocks.close()
 
     models: dict[str, ModelRow] = {}
     columns: dict[str, TasksetColumn] = {}
@@ -441,6 +450,71 @@ def assemble(
     return Board(
         runs=runs, models=ordered_models, columns=ordered_columns, envs=envs, group_by=group_by
     )
+
+
+def _run_blocks(
+    runs: list[RunInput], *, columns: list[str], validate: bool, task_fields: list[str]
+) -> Iterator[pa.Table | None]:
+    """Every run's tables (``iter_results_tables``) in turn, each run's followed by None."""
+    for source in runs:
+        yield from iter_results_tables(
+            source.results, columns=columns, validate=validate, task_fields=task_fields
+        )
+        yield None
+
+
+_T = TypeVar("_T")
+
+
+def _read_ahead(items: Iterator[_T], depth: int = 1) -> Generator[_T, None, None]:
+    """``items`` as they come, made on a thread at most ``depth`` ahead of the caller.
+
+    An error raised making an item is raised to the caller in its place. Closing the generator
+    (or leaving it unfinished) stops the thread and closes ``items`` there.
+    """
+    queue: Queue[tuple[bool, object]] = Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(entry: tuple[bool, object]) -> bool:
+        while not stop.is_set():
+            try:
+                queue.put(entry, timeout=0.05)
+                return True
+            except Full:
+                continue
+        return False
+
+    def make() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+            put((True, _END))
+        except BaseException as exc:  # handed to the caller, raised there
+            put((False, exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=make, name="taskhub-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            made, item = queue.get()
+            if not made:
+                assert isinstance(item, BaseException)
+                raise item
+            if item is _END:
+                return
+            yield cast(_T, item)
+    finally:
+        stop.set()
+        thread.join()
+
+
+#: What ``_read_ahead``'s thread puts after the last item.
+_END = object()
 
 
 def _empty_part(group_by: str | None) -> pa.Table:

@@ -7,14 +7,18 @@ import io
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from ._board import Cell
+
+#: The encoder ``json.dumps(..., ensure_ascii=False)`` uses for text (C when available).
+_encode_string: Callable[[str], str] = json.encoder.encode_basestring
 
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
@@ -73,52 +77,145 @@ def write_table(
     base.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(rows, pd.DataFrame):
         frame = rows[columns]
-        text_columns = [
-            c
-            for c in columns
-            if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)
-        ]
-        records = [
-            dict(zip(columns, values, strict=True))
-            for values in frame.itertuples(index=False, name=None)
-        ]
+        cells = [_json_column(frame[c]) for c in columns]
+        count = len(frame)
+        csv_rows = _csv_rows(_csv_frame(frame))
     else:
         records = [{c: row.get(c) for c in columns} for row in rows]
-    # One row per line, each dumped by the C encoder (indent= would use the Python one).
-    lines = [
-        json.dumps({c: _json_value(v) for c, v in r.items()}, ensure_ascii=False, allow_nan=False)
-        for r in records
-    ]
-    bounds = [0]
-    size = 0
-    for index, line in enumerate(lines):
-        length = len(line.encode("utf-8")) + 2
-        if size and size + length > part_bytes:
-            bounds.append(index)
-            size = 0
-        size += length
-    bounds.append(len(lines))
+        cells = [[_json_cell(r[c]) for r in records] for c in columns]
+        count = len(records)
+        csv_rows = [
+            tuple("" if r[c] is None else _csv_value(r[c]) for c in columns) for r in records
+        ]
+    lines = _json_lines(columns, cells, count)
+    bounds = _part_bounds(lines, part_bytes)
     files = TableFiles(f"data/{name}", len(bounds) - 1)
     for part, (start, stop) in enumerate(itertools.pairwise(bounds)):
         path = site / files.part(part)
-        if isinstance(rows, pd.DataFrame):
-            piece = frame.iloc[start:stop]
-            piece.assign(**{c: piece[c].map(_csv_value) for c in text_columns}).to_csv(
-                path.with_name(path.name + ".csv"), index=False, lineterminator="\n"
-            )
-        else:
-            text = io.StringIO()
-            writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(
-                {c: "" if r[c] is None else _csv_value(r[c]) for c in columns}
-                for r in records[start:stop]
-            )
-            path.with_name(path.name + ".csv").write_text(text.getvalue(), encoding="utf-8")
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(csv_rows[start:stop])
+        path.with_name(path.name + ".csv").write_text(text.getvalue(), encoding="utf-8")
         path.with_name(path.name + ".json").write_text(
             "[\n" + ",\n".join(lines[start:stop]) + "\n]\n", encoding="utf-8"
         )
     return files
+
+
+# A table's JSON is one ``json.dumps(row, ensure_ascii=False, allow_nan=False)`` per row, of
+# the row's values made JSON-safe by ``_json_value``. Dumping row by row costs microseconds a
+# cell, seconds for the per-task tables of a million episodes; so the cells are encoded a
+# column at a time (a numeric column in one pass) and joined into the same text.
+
+
+def _json_cell(value: Any) -> str:
+    """One value as ``json.dumps`` writes it inside a row (after ``_json_value``)."""
+    kind = type(value)
+    if kind is str:
+        return _encode_string(value)
+    if value is None:
+        return "null"
+    if kind is float:
+        return float.__repr__(value) if math.isfinite(value) else "null"
+    if kind is int:
+        return int.__repr__(value)
+    return json.dumps(_json_value(value), ensure_ascii=False, allow_nan=False)
+
+
+def _json_column(column: pd.Series[Any]) -> list[str]:
+    """Every cell of a frame's column, as ``_json_cell`` writes it."""
+    dtype = column.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+        return list(map(int.__repr__, column.to_numpy().tolist()))
+    if isinstance(dtype, np.dtype) and dtype.kind == "f":
+        values = column.to_numpy()
+        cells = list(map(float.__repr__, values.tolist()))
+        for at in np.flatnonzero(~np.isfinite(values)).tolist():
+            cells[at] = "null"
+        return cells
+    if isinstance(dtype, np.dtype) and dtype.kind == "b":
+        return ["true" if v else "false" for v in column.to_numpy().tolist()]
+    items = column.tolist()
+    if _is_text(column) and not column.hasnans:
+        return list(map(_encode_string, items))
+    return [_json_cell(v) for v in items]
+
+
+def _is_text(column: pd.Series[Any]) -> bool:
+    """Whether ``column`` is of pandas' string dtype: text only, missing values aside."""
+    return isinstance(column.dtype, pd.StringDtype)
+
+
+def _json_lines(columns: list[str], cells: list[list[str]], count: int) -> list[str]:
+    """Rows of cells as JSON objects, keys in ``columns`` order (``json.dumps``' separators)."""
+    if not columns:
+        return ["{}"] * count
+    keys = [_encode_string(c).replace("%", "%%") + ": %s" for c in columns]
+    template = "{" + ", ".join(keys) + "}"
+    return [template % row for row in zip(*cells, strict=True)]
+
+
+def _part_bounds(lines: list[str], part_bytes: int) -> list[int]:
+    """Where the table's parts start (and the last ends): at most ``part_bytes`` of JSON each.
+
+    A part holds a row at least; each row counts its bytes and the two of its separator.
+    """
+    sizes = np.fromiter(
+        (len(line) if line.isascii() else len(line.encode("utf-8")) for line in lines),
+        dtype=np.int64,
+        count=len(lines),
+    )
+    ends = np.cumsum(sizes + 2)
+    bounds = [0]
+    while bounds[-1] < len(lines):
+        start = bounds[-1]
+        before = int(ends[start - 1]) if start else 0
+        stop = int(np.searchsorted(ends, before + part_bytes, side="right"))
+        bounds.append(max(stop, start + 1))
+    if len(bounds) == 1:
+        bounds.append(0)
+    return bounds
+
+
+def _csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with ``_csv_value`` applied to its text columns (those it would change)."""
+    changed = {}
+    for name in frame.columns:
+        column = frame[name]
+        if not (column.dtype == object or pd.api.types.is_string_dtype(column.dtype)):
+            continue
+        if _is_text(column):
+            needed = bool(column.str.startswith(_FORMULA).fillna(False).any())
+        else:
+            needed = any(
+                isinstance(v, list | dict) or (isinstance(v, str) and v.startswith(_FORMULA))
+                for v in column.tolist()
+            )
+        if needed:
+            changed[name] = column.map(_csv_value)
+    return frame.assign(**changed) if changed else frame
+
+
+def _csv_rows(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """The rows of ``frame`` as ``DataFrame.to_csv`` hands them to the csv module.
+
+    Its conversions, without its per-call cost (a table is written in many parts): floats as
+    numpy writes them (``astype(str)``), missing values as empty cells, anything else as is.
+    """
+    columns = []
+    for name in frame.columns:
+        column = frame[name]
+        missing = column.isna().to_numpy()
+        if isinstance(column.dtype, np.dtype) and column.dtype.kind == "f":
+            values = column.to_numpy().astype(str).astype(object)
+        elif isinstance(column.dtype, np.dtype):
+            values = np.array(column.to_numpy(), dtype=object)
+        else:
+            values = np.asarray(column.array.astype(object))
+        values[missing] = ""
+        columns.append(values.tolist())
+    return list(zip(*columns, strict=True)) if columns else [() for _ in range(len(frame))]
 
 
 def _csv_value(value: Any) -> Any:

@@ -421,12 +421,10 @@ class _Renderer:
             if self.board.group_by is not None
             else ""
         )
-        tasks = _task_difficulty(column)
-        wide = tasks.drop(columns=["per_model"]).copy()
+        tasks, rates = _task_difficulty(column)
+        wide = tasks.copy()
         for cell in column.cells:
-            wide[f"pass_rate[{cell.model.label}]"] = [
-                row.get(cell.model.key) for row in tasks["per_model"]
-            ]
+            wide[f"pass_rate[{cell.model.label}]"] = rates[cell.model.key].to_numpy()
         tasks_path = self._table(
             f"Task difficulty: {column.label}", f"tasksets/{column.slug}.tasks", wide
         )
@@ -446,7 +444,12 @@ class _Renderer:
                 label="Distribution of task pass rates",
             ),
             tasks_path=tasks_path,
-            task_rows=shown.to_dict("records"),
+            task_rows=[
+                {**row, "per_model": per_model}
+                for row, per_model in zip(
+                    shown.to_dict("records"), _rates_by_model(rates.head(len(shown))), strict=True
+                )
+            ],
             tasks_shown=len(shown),
             tasks_total=len(tasks),
             task_models=task_models,
@@ -560,17 +563,22 @@ def _rewards(cell: Cell) -> Any:
     return np.concatenate(parts) if parts else np.array([])
 
 
-def _task_difficulty(column: TasksetColumn) -> pd.DataFrame:
-    """Per task: pass rate averaged over models, models that ran it, models that solved it."""
+def _task_difficulty(column: TasksetColumn) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per task: pass rate averaged over models, models that ran it, models that solved it.
+
+    Returns:
+        The tasks (``task_id``, ``pass_rate``, ``models``, ``solved_by``, ``mean_reward``),
+        hardest first, and beside them (same rows) each model's pass rate, one column per
+        model key (NaN where the model did not run the task or judged none of its episodes).
+    """
     frames = []
     for cell in column.cells:
         part = cell.stats.per_task[["task_id", "pass_rate", "mean_reward", "successes"]].copy()
         part["model"] = cell.model.key
         frames.append(part)
     if not frames:
-        return pd.DataFrame(
-            columns=["task_id", "pass_rate", "models", "solved_by", "mean_reward", "per_model"]
-        )
+        empty = pd.DataFrame(columns=["task_id", "pass_rate", "models", "solved_by", "mean_reward"])
+        return empty, pd.DataFrame(index=empty.index)
     both = pd.concat(frames, ignore_index=True)
     both["solved"] = both["successes"] > 0
     grouped = both.groupby("task_id", sort=True)
@@ -580,25 +588,28 @@ def _task_difficulty(column: TasksetColumn) -> pd.DataFrame:
         solved_by=("solved", "sum"),
         mean_reward=("mean_reward", "mean"),
     ).reset_index()
-    per_model: dict[str, dict[str, float | None]] = {t: {} for t in table["task_id"]}
-    for task_id, model, rate in both[["task_id", "model", "pass_rate"]].itertuples(
-        index=False, name=None
-    ):
-        per_model[task_id][model] = None if pd.isna(rate) else float(rate)
-    table["per_model"] = pd.Series(
-        [per_model[t] for t in table["task_id"]], index=table.index, dtype=object
-    )
+    # a model's tasks are unique (per_task is grouped by task): one rate per (task, model)
+    rates = both.pivot(index="task_id", columns="model", values="pass_rate")
+    rates = rates.reindex(index=table["task_id"], columns=[c.model.key for c in column.cells])
+    order = table["pass_rate"].fillna(math.inf)
     table["pass_rate"] = table["pass_rate"].astype(object).where(table["pass_rate"].notna(), None)
     table["mean_reward"] = (
         table["mean_reward"].astype(object).where(table["mean_reward"].notna(), None)
     )
-    order = table["pass_rate"].map(lambda v: math.inf if v is None else v)
+    ranked = table.assign(_order=order).sort_values(["_order", "task_id"], kind="stable").index
     return (
-        table.assign(_order=order)
-        .sort_values(["_order", "task_id"], kind="stable")
-        .drop(columns="_order")
-        .reset_index(drop=True)
+        table.loc[ranked].reset_index(drop=True),
+        rates.iloc[ranked.to_numpy()].reset_index(drop=True),
     )
+
+
+def _rates_by_model(rates: pd.DataFrame) -> list[dict[str, float | None]]:
+    """Each row of ``_task_difficulty``'s rates as model key -> pass rate (None: none)."""
+    keys = list(rates.columns)
+    return [
+        {k: None if math.isnan(v) else v for k, v in zip(keys, values, strict=True)}
+        for values in rates.itertuples(index=False, name=None)
+    ]
 
 
 def _cell_row(cell: Cell) -> dict[str, Any]:

@@ -14,9 +14,12 @@ asked for. Two sources feed it:
   raises the error ``read_results`` raises (its line number named).
 
 ``record_json`` (each record's line as stored) is read from the file either way, block by block,
-so that a caller writing every record somewhere (the leaderboard) never holds them all. Fields
-of the task rows (``task_fields``, for breakdowns by ``metadata.family``...) come from those
-lines too: each line's ``task`` is decoded and the rest of the record skipped.
+so that a caller writing every record somewhere (the leaderboard) never holds them all.
+``record_line`` is the same line with its line break, asked for by name: a block's lines are
+the file's bytes as read, so consecutive records are one slice of a buffer, their JSON Lines
+text, with nothing copied. Fields of the task rows (``task_fields``, for breakdowns by
+``metadata.family``...) come from those lines too: each line's ``task`` is decoded and the
+rest of the record skipped.
 """
 
 from __future__ import annotations
@@ -84,6 +87,10 @@ RESULT_COLUMNS = (
     "reward_components",
     "record_json",
 )
+#: Columns a results table has only when asked for by name (not in ``RESULT_COLUMNS``).
+EXTRA_COLUMNS = ("record_line",)
+#: The columns holding a record's line (``record_line`` with its line break).
+_LINE_COLUMNS = frozenset({"record_json", "record_line"})
 #: Columns read from a record's ``usage``.
 _USAGE_COLUMNS = frozenset(
     {"prompt_tokens", "completion_tokens", "model_calls", "cache_hits", "cache_misses"}
@@ -126,7 +133,8 @@ def _types() -> dict[str, pyarrow.DataType]:
         "truncated": flag,
         "reward_components": pa.list_(_component_type()), "record_json": pa.large_string(),
     }  # fmt: skip
-    return {name: kinds.get(name, text) for name in RESULT_COLUMNS}
+    kinds["record_line"] = pa.large_string()
+    return {name: kinds.get(name, text) for name in (*RESULT_COLUMNS, *EXTRA_COLUMNS)}
 
 
 def _component_type() -> pyarrow.DataType:
@@ -147,7 +155,7 @@ def results_schema(columns: Sequence[str] | None = None) -> pyarrow.Schema:
     """The Arrow schema of a results table with ``columns`` (all of ``RESULT_COLUMNS`` by default).
 
     Raises:
-        ValueError: A column is not one of ``RESULT_COLUMNS``.
+        ValueError: A column is not one of ``RESULT_COLUMNS`` or ``EXTRA_COLUMNS``.
     """
     import pyarrow as pa
 
@@ -155,7 +163,9 @@ def results_schema(columns: Sequence[str] | None = None) -> pyarrow.Schema:
     names = RESULT_COLUMNS if columns is None else tuple(columns)
     unknown = [c for c in names if c not in types]
     if unknown:
-        raise ValueError(f"unknown results column(s) {unknown}; columns are {list(RESULT_COLUMNS)}")
+        raise ValueError(
+            f"unknown results column(s) {unknown}; columns are {[*RESULT_COLUMNS, *EXTRA_COLUMNS]}"
+        )
     return pa.schema([(name, types[name]) for name in names])
 
 
@@ -189,7 +199,8 @@ def iter_results_tables(
 
     Args:
         path: An ``episodes.jsonl`` file or a run directory.
-        columns: Columns to return, from ``RESULT_COLUMNS`` (all of them by default).
+        columns: Columns to return, from ``RESULT_COLUMNS`` (all of them by default) and
+            ``EXTRA_COLUMNS``.
         validate: Validate every record as an ``EpisodeRecord`` (slow).
         batch_rows: Records per table read from the index.
         block_bytes: Bytes of records per table parsed from the records.
@@ -214,9 +225,9 @@ def iter_results_tables(
     if not path.is_file() or path.stat().st_size == 0:
         return
     read = schema
-    if fields and "record_json" not in schema.names:
+    if fields and not _LINE_COLUMNS & set(schema.names):
         # task rows are read from the records themselves, block by block
-        read = results_schema([*schema.names, "record_json"])
+        read = results_schema([*schema.names, "record_line"])
     for table in _one_per_episode_tables(
         path, read, validate, batch_rows, block_bytes, one_per_episode
     ):
@@ -233,13 +244,18 @@ def _one_per_episode_tables(
     block_bytes: int,
     one_per_episode: bool,
 ) -> Iterator[pyarrow.Table]:
-    tables = _tables(path, schema, validate, batch_rows, block_bytes)
-    if not one_per_episode:
-        yield from tables
-        return
     import pyarrow as pa
 
-    keep = _kept_rows(path, block_bytes)[0]
+    keys = _KEY_COLUMNS if one_per_episode else ()
+    index = None if validate else _read_index(path, [*schema.names, *keys])
+    if index is not None:
+        # the index holds every record's key columns: the kept rows are found in it, and it
+        # is parsed once
+        tables = _from_index(path, index, schema, max(1, batch_rows))
+        keep = _logged(path, *_keep_mask(index))[0] if one_per_episode else None
+    else:
+        tables = _parsed_tables(path, schema, validate, block_bytes)
+        keep = _kept_rows(path, block_bytes)[0] if one_per_episode else None
     if keep is None:
         yield from tables
         return
@@ -289,12 +305,13 @@ _TASK_DECODER = msgspec.json.Decoder(_TaskOf)
 def _with_task_fields(
     path: Path, table: pyarrow.Table, fields: Sequence[str], *, keep_json: bool
 ) -> pyarrow.Table:
-    """``table`` with a ``task.FIELD`` column per field, read from its ``record_json``."""
+    """``table`` with a ``task.FIELD`` column per field, read from its records' lines."""
     import numpy as np
     import pyarrow as pa
 
     labels: list[list[str]] = [[] for _ in fields]
-    for chunk in table["record_json"].chunks:
+    line = "record_line" if "record_line" in table.column_names else "record_json"
+    for chunk in table[line].chunks:
         offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64)
         offsets = offsets[chunk.offset : chunk.offset + len(chunk) + 1]
         data = memoryview(chunk.buffers()[2])
@@ -310,7 +327,7 @@ def _with_task_fields(
                 values.append(task_field(row, field))
     for values, field in zip(labels, fields, strict=True):
         table = table.append_column(task_field_column(field), pa.array(values, pa.string()))
-    return table if keep_json else table.drop_columns(["record_json"])
+    return table if keep_json else table.drop_columns([line])
 
 
 def _tables(
@@ -322,6 +339,13 @@ def _tables(
         if index is not None:
             yield from _from_index(path, index, schema, max(1, batch_rows))
             return
+    yield from _parsed_tables(path, schema, validate, block_bytes)
+
+
+def _parsed_tables(
+    path: Path, schema: pyarrow.Schema, validate: bool, block_bytes: int
+) -> Iterator[pyarrow.Table]:
+    """Every record of ``path`` as tables of ``schema``, parsed from the records."""
     for block in _blocks(path, max(1, block_bytes)):
         yield _parse_block(path, block, schema, validate=validate)
 
@@ -348,7 +372,10 @@ def read_results_table(
     ``duration_s``, ``env_time_s``, ``model_time_s``, ``queue_time_s``, ``reward_components``
     (list of ``name``, ``value``, ``weight``, ``gate``, ``error``) and ``record_json``: the
     record's line as stored, without its line break. Ask for fewer with ``columns``: a summary
-    that needs no ``record_json`` reads far less.
+    that needs no ``record_json`` reads far less. One more column is given only when named in
+    ``columns``: ``record_line``, the record's line as stored with its line break (and any
+    spaces before it), whose values lie back to back as the lines lay in the file (the
+    records' JSON Lines text, sliced from what was read, nothing copied).
 
     ``task_fields`` adds a string column ``task.FIELD`` per field: the value of each record's
     task row as ``task_field`` gives it (``metadata.family``; ``(none)`` when missing). The
@@ -583,15 +610,16 @@ def _parse_block(
 
     if validate:
         return _validated(path, block, schema)
-    lines, _ = _lines(block)
+    raw_lines, _ = _lines(block)
     try:
-        lines.validate(full=True)  # UTF-8
+        raw_lines.validate(full=True)  # UTF-8
     except pa.ArrowInvalid:
         return _validated(path, block, schema)
-    lines = pc.utf8_rtrim(lines, characters=" \t\r\n")
+    lines = pc.utf8_rtrim(raw_lines, characters=" \t\r\n")
     lengths = pc.binary_length(lines)
     if len(lines) and pc.min(lengths).as_py() == 0:
-        lines = lines.filter(pc.greater(lengths, 0))
+        blank = pc.greater(lengths, 0)
+        lines, raw_lines = lines.filter(blank), raw_lines.filter(blank)
     if len(lines) == 0:
         return schema.empty_table()
     longest = pc.max(lengths).as_py() or 0
@@ -616,6 +644,8 @@ def _parse_block(
     for name in schema.names:
         if name == "record_json":
             array: Any = lines
+        elif name == "record_line":
+            array = raw_lines
         elif name in ("error_type", "error_message"):
             array = pc.struct_field(parsed["error"].chunk(0), name.removeprefix("error_"))
         elif name in _USAGE_COLUMNS:
@@ -671,6 +701,7 @@ def _validated(path: Path, block: _Block, schema: pyarrow.Schema) -> pyarrow.Tab
             raise ResultsError(f"{path} line {number}: field {field!r}: {first['msg']}") from None
         row = record_columns(record)
         row["record_json"] = raw.rstrip(b" \t\r\n").decode("utf-8")
+        row["record_line"] = raw.decode("utf-8")
         rows.append({name: row[name] for name in schema.names})
     return pa.Table.from_pylist(rows, schema=schema)
 
@@ -860,7 +891,7 @@ def _read_index(path: Path, columns: Sequence[str]) -> pyarrow.Table | None:
     import pyarrow.csv as pv
 
     index = index_path(path)
-    wanted = [c for c in columns if c != "record_json"]
+    wanted = list(dict.fromkeys(c for c in columns if c not in _LINE_COLUMNS))
     try:
         stat, index_stat = path.stat(), index.stat()
     except OSError:
@@ -912,16 +943,22 @@ def _from_index(
     path: Path, index: pyarrow.Table, schema: pyarrow.Schema, batch_rows: int
 ) -> Iterator[pyarrow.Table]:
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     with contextlib.ExitStack() as stack:
-        f = stack.enter_context(path.open("rb")) if "record_json" in schema.names else None
+        lines_wanted = bool(_LINE_COLUMNS & set(schema.names))
+        f = stack.enter_context(path.open("rb")) if lines_wanted else None
         for start in range(0, index.num_rows, batch_rows):
             part = index.slice(start, batch_rows)
+            lines = None
+            if f is not None:
+                lines = _record_lines(f, part)
             arrays = []
             for name in schema.names:
-                if name == "record_json":
-                    assert f is not None
-                    arrays.append(_record_json(f, part))
+                if name == "record_line":
+                    arrays.append(lines)
+                elif name == "record_json":
+                    arrays.append(pc.utf8_rtrim(lines, characters="\n"))
                 elif name == "reward_components":
                     arrays.append(_parse_components(part[name]))
                 else:
@@ -929,28 +966,30 @@ def _from_index(
             yield pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _record_json(f: IO[bytes], part: pyarrow.Table) -> Any:
-    """The lines an index slice points to, read from the results file, line breaks cut."""
+def _record_lines(f: io.BufferedReader, part: pyarrow.Table) -> Any:
+    """The lines an index slice points to, read from the results file, line breaks kept."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     offsets = part["offset"].to_numpy()
     lengths = part["length"].to_numpy()
     first = int(offsets[0])
     size = int(offsets[-1] + lengths[-1]) - first
     f.seek(first)
-    data = f.read(size)
+    # Into memory from Arrow's pool, which reuses the blocks already let go of: a new bytes
+    # object of this size is fresh memory, and touching it first costs as much as the read.
+    data = pa.allocate_buffer(size)
+    read = f.readinto(memoryview(data))
     # the lines are contiguous (checked when the index was read), each ending in "\n"
     bounds = np.append(offsets - first, size).astype(np.int64)
-    if len(data) != size or not (np.frombuffer(data, np.uint8)[bounds[1:] - 1] == 10).all():
+    if read != size or not (np.frombuffer(data, np.uint8)[bounds[1:] - 1] == 10).all():
         raise ResultsError(
             f"{f.name} changed while it was read; read it again (or delete "
             f"{index_path(Path(f.name)).name} if it was edited by hand)"
         )
-    array = pa.LargeStringArray.from_buffers(len(offsets), pa.py_buffer(bounds), pa.py_buffer(data))
+    array = pa.LargeStringArray.from_buffers(len(offsets), pa.py_buffer(bounds), data)
     array.validate(full=True)
-    return pc.utf8_rtrim(array, characters="\n")
+    return array
 
 
 def _parse_components(column: Any) -> Any:
@@ -963,15 +1002,19 @@ def _parse_components(column: Any) -> Any:
         column = column.combine_chunks()
     if len(column) == 0:
         return pa.array([], pa.list_(_component_type()))
-    wrapped = pc.binary_join_element_wise(
-        pa.scalar('{"c":'), pc.fill_null(column, "[]"), pa.scalar("}"), ""
-    )
+    column = pc.fill_null(column, "[]")
+    # Runs repeat a few texts (one component scored 0 or 1...): each distinct one is parsed
+    # once and the parsed values are taken back to every row.
+    encoded = pc.dictionary_encode(column)
+    texts = encoded.dictionary if 2 * len(encoded.dictionary) <= len(column) else column
+    wrapped = pc.binary_join_element_wise(pa.scalar('{"c":'), texts, pa.scalar("}"), "")
     lines = pa.LargeListArray.from_arrays(pa.array([0, len(wrapped)], pa.int64()), wrapped)
-    text = pc.binary_join(lines, "\n")[0].as_py()
+    text = pc.binary_join(lines, "\n")[0].as_buffer()
     parsed = pj.read_json(
-        pa.BufferReader(text.encode("utf-8")),
+        pa.BufferReader(text),
         parse_options=pj.ParseOptions(
             explicit_schema=pa.schema([("c", pa.list_(_component_type()))])
         ),
     )
-    return _filled_components(parsed["c"])
+    components = _filled_components(parsed["c"])
+    return components if texts is column else pc.take(components, encoded.indices)

@@ -125,3 +125,23 @@ def test_rank_counts_only_models_better_beyond_their_intervals() -> None:
     assert overlaps((0.80, 0.90), (0.70, 0.82))
     assert not overlaps((0.80, 0.90), (0.50, 0.60))
     assert overlaps((None, None), (0.5, 0.6))
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([1.5, None, float("nan"), -0.0, 1e300]),
+        pa.array([True, None, False]),
+        pa.array([3, None, -(2**62)]),
+        pa.chunked_array([pa.array([1.0, 2.0]), pa.array([None, 4.0])]),
+        pa.array([], pa.float64()),
+    ],
+    ids=["floats", "bools", "ints", "chunked", "empty"],
+)
+def test_python_values_are_what_to_pylist_gives(column: pa.Array | pa.ChunkedArray) -> None:
+    from taskhub.leaderboard._stats import python_values
+
+    values = python_values(column)
+    expected = column.to_pylist()
+    assert [type(v) for v in values] == [type(v) for v in expected]
+    assert [repr(v) for v in values] == [repr(v) for v in expected]

@@ -182,3 +182,74 @@ def test_an_index_with_other_columns_is_rebuilt_before_rows_are_added(results: P
     assert index.read_text().splitlines()[0] == header
     assert read_results_table(results).to_pylist() == full_parse(results)
     assert read_results_table(results, columns=["queue_time_s"])["queue_time_s"][-1].as_py() == 1.5
+
+
+@pytest.mark.parametrize("source", ["index", "records", "validated"])
+def test_record_lines_are_the_file_as_read(results: Path, source: str) -> None:
+    """``record_line``: each line with its break, back to back as in the file."""
+    if source != "index":
+        results.with_name("episodes.index.csv").unlink()
+    lines = results.read_text().splitlines(keepends=True)
+    tables = list(
+        iter_results_tables(
+            results,
+            columns=["task_id", "record_line", "record_json"],
+            batch_rows=2,
+            block_bytes=1 << 20,
+            validate=source == "validated",
+        )
+    )
+    values = [line for table in tables for line in table["record_line"].to_pylist()]
+    assert values == lines
+    assert [j for t in tables for j in t["record_json"].to_pylist()] == [
+        line.rstrip("\n") for line in lines
+    ]
+    # a table's lines are one slice of one buffer: the records' JSON Lines text
+    for table in tables:
+        for chunk in table["record_line"].chunks:
+            offsets = chunk.buffers()[1].to_pybytes()
+            start, end = (
+                int.from_bytes(offsets[8 * i : 8 * i + 8], "little")
+                for i in (chunk.offset, chunk.offset + len(chunk))
+            )
+            assert chunk.buffers()[2][start:end].to_pybytes().decode() == "".join(chunk.to_pylist())
+    # not among the default columns
+    assert "record_line" not in read_results_table(results).column_names
+
+
+def test_record_lines_skip_blank_lines_and_keep_what_ends_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "episodes.jsonl"
+    write_results(path, [episode("r", "a"), episode("r", "b")])
+    first, second = path.read_text().splitlines()
+    path.write_text(f"{first}  \r\n\n{second}\n")  # no index matches this any more
+    table = read_results_table(path, columns=["task_id", "record_line", "record_json"])
+    assert table["task_id"].to_pylist() == ["a", "b"]
+    assert table["record_line"].to_pylist() == [f"{first}  \r\n", f"{second}\n"]
+    assert table["record_json"].to_pylist() == [first, second]
+
+
+def test_task_fields_are_read_from_record_lines_too(results: Path) -> None:
+    plain = read_results_table(results, columns=["task_id"], task_fields=["family"])
+    with_lines = read_results_table(
+        results, columns=["task_id", "record_line"], task_fields=["family"]
+    )
+    assert plain.column_names == ["task_id", "task.family"]
+    assert with_lines.column_names == ["task_id", "record_line", "task.family"]
+    assert plain["task.family"].to_pylist() == with_lines["task.family"].to_pylist()
+    assert plain["task.family"].to_pylist() == ["add"] * len(records())
+
+
+def test_unknown_columns_are_named_with_every_column(results: Path) -> None:
+    with pytest.raises(ValueError, match="record_lines.*'record_line'"):
+        read_results_table(results, columns=["record_lines"])
+
+
+def test_components_repeated_over_many_records_read_as_from_the_records(tmp_path: Path) -> None:
+    """Runs repeat a few component texts: each is parsed once, every row gets its own."""
+    path = tmp_path / "episodes.jsonl"
+    many = [episode("r", f"t-{i}", reward=[1.0, 0.0, None][i % 3], sample=i % 2) for i in range(60)]
+    write_results(path, many)
+    columns = ["task_id", "reward_components"]
+    from_index = read_results_table(path, columns=columns).to_pylist()
+    assert from_index == [{k: row[k] for k in columns} for row in full_parse(path)]
+    assert [r["reward_components"][0]["value"] for r in from_index[:3]] == [1.0, 0.0, None]
