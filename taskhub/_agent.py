@@ -14,10 +14,9 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import jsonschema
-from pydantic import BaseModel
 
 from taskhub._errors import (
     AgentFormatError,
@@ -35,6 +34,7 @@ from taskhub._schema import (
     ToolCall,
     ToolSpec,
     Usage,
+    trusted,
 )
 from taskhub._templates import Templates, observation_text
 from taskhub._tools import Toolbox, text_call_instructions
@@ -42,39 +42,6 @@ from taskhub.env._client import EnvSession, StepResult
 from taskhub.env._tools import tool_result
 from taskhub.models._base import GenerateRequest, ModelBackend, TurnContext
 from taskhub.models._scripted import action_properties, text_field
-
-_M = TypeVar("_M", bound=BaseModel)
-_FIELD_NAMES: dict[type[BaseModel], tuple[str, ...]] = {}
-
-
-def trusted(model: type[_M], **values: Any) -> _M:
-    """Build ``model`` from values already of its field types, without validating them.
-
-    For the records of the hot path, whose values come typed out of ``json.loads`` and the
-    loop's own code: validating them again, or pydantic's ``model_construct`` (which looks up
-    aliases and default factories field by field), costs more than the episode's own work.
-    Every field must be given (in any order: the record keeps the model's field order, which
-    is the order of its JSON).
-
-    Raises:
-        TypeError: A field is missing, or a value names no field.
-    """
-    names = _FIELD_NAMES.get(model)
-    if names is None:
-        names = _FIELD_NAMES[model] = tuple(model.model_fields)
-    try:
-        ordered = {name: values[name] for name in names}
-    except KeyError as exc:
-        raise TypeError(f"{model.__name__}: no value for field {exc}") from None
-    if len(ordered) != len(values):
-        raise TypeError(f"{model.__name__}: no such fields {sorted(set(values) - set(ordered))}")
-    instance = model.__new__(model)
-    object.__setattr__(instance, "__dict__", ordered)
-    object.__setattr__(instance, "__pydantic_fields_set__", set(ordered))
-    object.__setattr__(instance, "__pydantic_extra__", None)
-    object.__setattr__(instance, "__pydantic_private__", None)
-    return instance
-
 
 FORMAT_RETRY_MESSAGE = (
     "Your reply could not be used as an action: {error}\nReply again with only the action."
@@ -415,7 +382,7 @@ class _Prompts:
         self.variables = variables
         self.defer = defer
         self._pending: list[tuple[int, str, str, Callable[[], dict[str, Any]], str | None]] = []
-        self._spent: tuple[Usage, float, float] | None = None
+        self._spent: tuple[tuple[int, int, int, int, int], float, float] | None = None
 
     @property
     def pending(self) -> bool:
@@ -441,7 +408,7 @@ class _Prompts:
             # what the model has cost so far: a prompt that fails to render ends the episode
             # before the calls that followed it, as it would have for a model that reads it
             trace = self.trace
-            self._spent = (trace.usage.model_copy(), trace.model_time_s, trace.queue_time_s)
+            self._spent = (trace.usage.counts(), trace.model_time_s, trace.queue_time_s)
         self._pending.append((len(self.trace.messages), role, which, shown, tool_call_id))
         self.trace.messages.append(_PENDING)
 
@@ -464,7 +431,8 @@ class _Prompts:
                 del messages[first:]
                 if self._spent is not None:
                     trace = self.trace
-                    trace.usage, trace.model_time_s, trace.queue_time_s = self._spent
+                    counts, trace.model_time_s, trace.queue_time_s = self._spent
+                    trace.usage.restore(counts)
             self._spent = None
             empty = [i for i, m in enumerate(messages) if m.role == "system" and not m.content]
             for index in reversed(empty):
@@ -483,10 +451,16 @@ class _Prompts:
 _PENDING = ChatMessage.model_construct(role="system", content="")
 
 
-def _message(role: str, content: str, tool_call_id: str | None) -> ChatMessage:
-    if tool_call_id is None:
-        return ChatMessage(role=role, content=content)  # type: ignore[arg-type]
+def _message(role: str, content: Any, tool_call_id: str | None = None) -> ChatMessage:
+    """A chat message; text the loop made (or a backend gave as ``str``) is not checked again."""
+    if type(content) is str and role in _ROLES:
+        return trusted(
+            ChatMessage, role=role, content=content, tool_calls=None, tool_call_id=tool_call_id
+        )
     return ChatMessage(role=role, content=content, tool_call_id=tool_call_id)  # type: ignore[arg-type]
+
+
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 
 async def _step(session: EnvSession, action: dict[str, Any], prompts: _Prompts) -> StepResult:
@@ -863,7 +837,7 @@ class _Reader:
             trace.queue_time_s += queued
             trace.usage.add(generation.usage)
             if generation.finish_reason == "cut":  # stored cut and marked, never sent to the env
-                trace.messages.append(ChatMessage(role="assistant", content=generation.text))
+                trace.messages.append(_message("assistant", generation.text))
                 raise AgentFormatError(
                     "the reply was over the model's reply size limit: it was cut and not used",
                     reply=generation.text[-200:],
@@ -903,7 +877,7 @@ class _Reader:
                 if len(errors) > self.format_retries:
                     raise problem
                 continue
-            trace.messages.append(ChatMessage(role="assistant", content=generation.text))
+            trace.messages.append(_message("assistant", generation.text))
             try:
                 action = parse_action(generation.text, schema, normalize)
             except AgentFormatError as exc:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from taskhub._agent import EpisodeTrace, trusted
+from taskhub._agent import EpisodeTrace
 from taskhub._errors import AgentFormatError
 from taskhub._rewards import BoundReward, score_episode
-from taskhub._schema import SCHEMA_VERSION, EpisodeRecord, ErrorInfo, Task
+from taskhub._schema import SCHEMA_VERSION, EpisodeRecord, ErrorInfo, Task, trusted
 
 #: Step limit when neither the run, the row nor the card sets one.
 DEFAULT_MAX_STEPS = 100

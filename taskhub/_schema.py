@@ -15,7 +15,7 @@ import json
 import math
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -334,6 +334,9 @@ class ChatMessage(BaseModel):
     """The call a ``tool`` message answers."""
 
 
+_USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "calls", "cache_hits", "cache_misses")
+
+
 class Usage(BaseModel):
     """Token usage summed over the model calls of an episode."""
 
@@ -352,11 +355,33 @@ class Usage(BaseModel):
 
     def add(self, other: Usage) -> None:
         """Add ``other``'s counts to this one."""
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        self.calls += other.calls
-        self.cache_hits += other.cache_hits
-        self.cache_misses += other.cache_misses
+        # once per model call: the counts are summed in the instance's dict, as pydantic's own
+        # assignment (no validation on assignment) would store them, at a fraction of its cost
+        mine, theirs = self.__dict__, other.__dict__
+        for name in _USAGE_COUNTS:
+            mine[name] += theirs[name]
+
+    def counts(self) -> tuple[int, int, int, int, int]:
+        """The counts, in field order (what ``restore`` takes back)."""
+        d = self.__dict__
+        return (
+            d["prompt_tokens"],
+            d["completion_tokens"],
+            d["calls"],
+            d["cache_hits"],
+            d["cache_misses"],
+        )
+
+    def restore(self, counts: tuple[int, int, int, int, int]) -> None:
+        """Set the counts ``counts()`` gave."""
+        self.__dict__.update(zip(_USAGE_COUNTS, counts, strict=True))
+
+    @classmethod
+    def one_call(cls) -> Usage:
+        """The usage of one call that counted no tokens (a scripted policy's)."""
+        return trusted(
+            cls, prompt_tokens=0, completion_tokens=0, calls=1, cache_hits=0, cache_misses=0
+        )
 
     @property
     def total_tokens(self) -> int:
@@ -972,3 +997,36 @@ class ValidationReport(BaseModel):
         if "lane" not in data:
             data["lane"] = "hub" if data.get("model") else "local"
         return data
+
+
+_M = TypeVar("_M", bound=BaseModel)
+_FIELD_NAMES: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+def trusted(model: type[_M], **values: Any) -> _M:
+    """Build ``model`` from values already of its field types, without validating them.
+
+    For the records of the hot path, whose values come typed out of ``json.loads`` and the
+    loop's own code: validating them again, or pydantic's ``model_construct`` (which looks up
+    aliases and default factories field by field), costs more than the episode's own work.
+    Every field must be given (in any order: the record keeps the model's field order, which
+    is the order of its JSON).
+
+    Raises:
+        TypeError: A field is missing, or a value names no field.
+    """
+    names = _FIELD_NAMES.get(model)
+    if names is None:
+        names = _FIELD_NAMES[model] = tuple(model.model_fields)
+    try:
+        ordered = {name: values[name] for name in names}
+    except KeyError as exc:
+        raise TypeError(f"{model.__name__}: no value for field {exc}") from None
+    if len(ordered) != len(values):
+        raise TypeError(f"{model.__name__}: no such fields {sorted(set(values) - set(ordered))}")
+    instance = model.__new__(model)
+    object.__setattr__(instance, "__dict__", ordered)
+    object.__setattr__(instance, "__pydantic_fields_set__", set(ordered))
+    object.__setattr__(instance, "__pydantic_extra__", None)
+    object.__setattr__(instance, "__pydantic_private__", None)
+    return instance

@@ -173,6 +173,31 @@ def _error_from_frame(data: Any, url: str, verb: str) -> EnvError:
     return EnvProtocolError(text, env_url=url, code=code)
 
 
+class _Deadline:
+    """A request's deadline: when it passes, the socket is dropped (its reply never read)."""
+
+    def __init__(self, ws: ClientConnection, seconds: float) -> None:
+        self.ws = ws
+        self.expired = False
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_at(self._loop.time() + seconds, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self.ws.transport is not None:
+            self.ws.transport.abort()
+
+    def extend(self, seconds: float) -> None:
+        """Move the deadline ``seconds`` later (time the client spent on other work)."""
+        if not self.expired:
+            self._timer.cancel()
+            self._timer = self._loop.call_at(self._timer.when() + seconds, self._expire)
+
+    def cancel(self) -> None:
+        """The request ended: the deadline no longer applies."""
+        self._timer.cancel()
+
+
 class EnvClient:
     """An OpenEnv episode session over WebSocket ``<base>/ws``.
 
@@ -279,25 +304,27 @@ class EnvClient:
             raise EnvClosedError(f"{verb}: the session is closed", env_url=self.ws_url)
         ws = self._ws
         started = time.perf_counter()
+        # The deadline drops the socket, as a timeout must (a late reply would be read as the
+        # next request's), and the wait for the reply ends with the close: a timer per request
+        # costs a fraction of an asyncio.timeout scope, and cancels nothing but this socket.
+        deadline = _Deadline(ws, self.timeout)
         try:
-            async with asyncio.timeout(self.timeout) as deadline:
-                try:
-                    await ws.send(json.dumps(frame))
-                except ConnectionClosed:
-                    # CAPACITY_REACHED can arrive, and the socket close, before our first send:
-                    # the frame is still queued, so read it before reporting the close.
-                    pass
-                if while_waiting is not None:
-                    await self._meanwhile(while_waiting, deadline)
-                raw = await ws.recv()
-        except TimeoutError:
-            await self._drop()
-            raise EnvTimeout(
-                f"{verb}: no reply from {self.ws_url} within {self.timeout:g}s",
-                env_url=self.ws_url,
-            ) from None
+            try:
+                await ws.send(json.dumps(frame))
+            except ConnectionClosed:
+                # CAPACITY_REACHED can arrive, and the socket close, before our first send:
+                # the frame is still queued, so read it before reporting the close.
+                pass
+            if while_waiting is not None:
+                await self._meanwhile(while_waiting, deadline)
+            raw = await ws.recv()
         except ConnectionClosed as exc:
             await self._drop()
+            if deadline.expired:
+                raise EnvTimeout(
+                    f"{verb}: no reply from {self.ws_url} within {self.timeout:g}s",
+                    env_url=self.ws_url,
+                ) from None
             rcvd = exc.rcvd
             if rcvd is not None and rcvd.code == 1009 or "1009" in str(exc):
                 raise EnvProtocolError(
@@ -309,6 +336,8 @@ class EnvClient:
             raise EnvClosedError(
                 f"{verb}: the server closed the session{reason}", env_url=self.ws_url
             ) from None
+        finally:
+            deadline.cancel()
         self.last_latency_s = time.perf_counter() - started
         if isinstance(raw, bytes):
             await self._drop()
@@ -360,9 +389,7 @@ class EnvClient:
         message = await self._request({"type": "step", "data": action}, "step", work)
         return self._observation(message, "step")
 
-    async def _meanwhile(
-        self, work: Callable[[], Awaitable[None]], deadline: asyncio.Timeout
-    ) -> None:
+    async def _meanwhile(self, work: Callable[[], Awaitable[None]], deadline: _Deadline) -> None:
         loop = asyncio.get_running_loop()
         began = loop.time()
         try:
@@ -370,9 +397,7 @@ class EnvClient:
         except BaseException:
             await self._drop()
             raise
-        when = deadline.when()
-        if when is not None:
-            deadline.reschedule(when + loop.time() - began)
+        deadline.extend(loop.time() - began)
 
     async def state(self) -> dict[str, Any]:
         """Return the env's ``state`` (episode_id, step_count and env fields)."""

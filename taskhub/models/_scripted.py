@@ -108,11 +108,11 @@ class _Scripted:
         if request.tools and request.context.tools and self.tool_calling == "native":
             # a tool env's actions are calls; any other env's stay JSON text, as they always were
             call = _as_call(action, request.tools, request.context)
-            return Generation(text="", usage=Usage(calls=1), tool_calls=[call])
+            return Generation(text="", usage=Usage.one_call(), tool_calls=[call])
         if request.context.tools and action.get("type") == CALL_TOOL:
             # text mode on a tool env: write the call the way the prompt asks for it
             action = {"tool_name": action.get("tool_name"), "arguments": action.get("arguments")}
-        return Generation(text=json.dumps(action), usage=Usage(calls=1))
+        return Generation(text=json.dumps(action), usage=Usage.one_call())
 
     async def aclose(self) -> None:
         pass
