@@ -6,9 +6,11 @@ The driver (the process that runs ``evaluate``) plans every episode and is the o
 client, and plays the episodes of the chunks it is handed with the runner's own code
 (``EpisodeWorker``), streaming the records back as episodes end (in batches of those that end
 within ``BATCH_WAIT_S`` of each other). The run begins when the first worker is up; the others
-join as they come up. Chunks come from one queue, so a fast node takes more of them; a chunk of
-a worker that dies goes back to the queue, less the records already received, and another
-worker plays it. Every ``(task, sample)`` is written once.
+join as they come up. Chunks are cut from one queue as workers ask, so a fast node takes more
+of them; each is a share of the episodes left (``chunk_size``), large while many are left and
+down to the concurrency at the end, so that few calls carry a run and the workers still end
+together. A chunk of a worker that dies goes back to the queue, less the records already
+received, and another worker plays it. Every ``(task, sample)`` is written once.
 
 Ray is imported only when a ``RayExecutor`` runs (``pip install 'taskhub-openenv[ray]'``).
 Errors cross from the workers as their type name and message (an exception that does not
@@ -21,6 +23,7 @@ import asyncio
 import collections
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -216,11 +219,27 @@ class WorkerInfo:
     """The env servers it plays on."""
     alive: bool = True
     """False once the driver lost it."""
+    chunks: list[int] = field(default_factory=list)
+    """The sizes of the chunks it was handed, in order."""
 
 
 @dataclass
 class _Chunk:
     items: list[tuple[Task, int]]
+
+
+#: A chunk cut from the queue is at most this fraction of a worker's share of the episodes left.
+CHUNK_SHARE = 4
+
+
+def chunk_size(left: int, workers: int, concurrency: int) -> int:
+    """Episodes in the next chunk: a ``CHUNK_SHARE``-th of a worker's share of those left.
+
+    Never fewer than ``concurrency`` (the worker's slots), so that the last chunks, whose
+    size no longer shrinks, keep every slot busy; never more than are left.
+    """
+    share = math.ceil(left / (CHUNK_SHARE * max(workers, 1)))
+    return min(left, max(concurrency, share))
 
 
 class RayExecutor:
@@ -249,8 +268,11 @@ class RayExecutor:
                 for the run (and stops it after); ``auto`` joins the one running here;
                 ``HOST:PORT`` or ``ray://HOST:PORT`` a cluster. A Python session already
                 connected to Ray (``ray.init`` called) is used as it is, whatever the address.
-            chunk_size: Episodes handed to a worker at once (default: its concurrency). Each
-                worker holds two chunks, so its slots never wait for the driver.
+            chunk_size: Episodes handed to a worker at once. By default a chunk is a share
+                of the episodes left (``chunk_size()``: a few calls carry a run, and the last
+                chunks are as large as the concurrency, so the workers end together); with
+                ``fail_fast`` it is the concurrency, so that a failure stops the run within a
+                chunk. Each worker holds two chunks, so its slots never wait for the driver.
             max_nodes: Use at most this many nodes (default: every alive node).
         """
         if chunk_size is not None and chunk_size < 1:
@@ -325,11 +347,11 @@ class _Dispatch:
         self.executor = executor
         self.ray = ray
         self.sink = sink
-        size = executor.chunk_size or job.config.concurrency
-        items = job.items
-        self.queue = collections.deque(
-            _Chunk(items[i : i + size]) for i in range(0, len(items), size)
-        )
+        config = job.config
+        self.concurrency = config.concurrency
+        self.fixed = executor.chunk_size or (config.concurrency if config.fail_fast else None)
+        # The episodes not yet handed out, in plan order: chunks are cut as workers ask.
+        self.queue = collections.deque(job.items)
         # Workers get the tasks with their chunks, not with the job.
         self.shared = ray.put(replace(job, items=[]))
         self.actors = executor._create_actors(ray)
@@ -368,10 +390,9 @@ class _Dispatch:
                 "(ray status) and try again"
             )
         if self.queue and not self.over():
-            left = sum(len(c.items) for c in self.queue)
             raise ExecutorError(
-                f"every Ray worker was lost with {left} episodes still to play; the records "
-                "received are kept: finish with taskhub eval --resume RUN_DIR"
+                f"every Ray worker was lost with {len(self.queue)} episodes still to play; the "
+                "records received are kept: finish with taskhub eval --resume RUN_DIR"
             )
 
     async def serve(self, index: int) -> None:
@@ -429,13 +450,14 @@ class _Dispatch:
             if self.over() or not self.queue:
                 return None
             self.in_flight += 1
-            return self.queue.popleft()
+            size = self.fixed or chunk_size(len(self.queue), sum(self.alive), self.concurrency)
+            return _Chunk([self.queue.popleft() for _ in range(min(size, len(self.queue)))])
 
     async def done_with(self, chunk: _Chunk | None) -> None:
         async with self.changed:
             self.in_flight -= 1
-            if chunk is not None:
-                self.queue.appendleft(chunk)
+            if chunk is not None:  # first in line again, in plan order
+                self.queue.extendleft(reversed(chunk.items))
             self.changed.notify_all()
 
     async def feed(self, index: int, info: WorkerInfo) -> None:
@@ -444,6 +466,7 @@ class _Dispatch:
             chunk = await self.next_chunk()
             if chunk is None:
                 return
+            info.chunks.append(len(chunk.items))
             pending = {(t.task_id, s): (t, s) for t, s in chunk.items}
             left: _Chunk | None = None
             try:

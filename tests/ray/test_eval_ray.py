@@ -2,7 +2,8 @@
 
 Every (task, sample) is written once by the driver, whatever happens to the workers: a worker
 SIGKILLed mid-run hands its chunk back, a run that lost every worker resumes. The run begins
-with the first worker up; the other joins it when it is up.
+with the first worker up; the other joins it when it is up. Chunks shrink as the episodes run
+out.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from taskhub import (
     read_results,
     resume,
 )
+from taskhub._ray import CHUNK_SHARE, chunk_size
 from tests.servers import FakeEnv, observation
 from tests.taskhub.test_runner import stable, write_taskset
 
@@ -195,3 +197,35 @@ def test_a_run_that_lost_every_worker_resumes_on_ray(
     assert len(keys) == len(set(keys)) == 60
     assert {r.run_id for r in records} == {resumed.manifest.run_id}
     assert len(resumed.manifest.sessions) == 2
+
+
+def test_chunks_are_a_share_of_the_episodes_left() -> None:
+    # a quarter of each worker's share while many are left, the concurrency at the end
+    assert CHUNK_SHARE == 4
+    assert chunk_size(400, 1, 4) == 100
+    assert chunk_size(400, 2, 4) == 50
+    assert chunk_size(30, 2, 4) == 4
+    assert chunk_size(3, 1, 4) == 3  # never more than are left
+    assert chunk_size(10, 0, 2) == 3  # every worker lost, one starting again: as for one
+
+
+def test_a_run_is_carried_by_a_few_shrinking_chunks(ray_cluster: Any, tmp_path: Path) -> None:
+    config = EvalConfig(
+        model="scripted/oracle", taskset="arith", limit=50, samples=2, concurrency=4
+    )
+    executor = RayExecutor(ray_cluster.address, max_nodes=1)
+    run = evaluate(config, output_dir=tmp_path, executor=executor)
+    assert run.manifest.status == "completed"
+    keys = [r.key() for r in read_results(run.run_dir)]
+    assert len(keys) == len(set(keys)) == 100
+    (worker,) = executor.workers
+    expected, left = [], 100
+    while left:
+        expected.append(chunk_size(left, 1, 4))
+        left -= expected[-1]
+    assert worker.chunks == expected == [25, 19, 14, 11, 8, 6, 5, 4, 4, 4]
+    # with --fail-fast a failure stops the run within a chunk: chunks are the concurrency
+    fail_fast = config.model_copy(update={"fail_fast": True})
+    executor = RayExecutor(ray_cluster.address, max_nodes=1)
+    evaluate(fail_fast, output_dir=tmp_path, executor=executor)
+    assert executor.workers[0].chunks == [4] * 25
