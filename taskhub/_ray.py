@@ -35,7 +35,7 @@ from typing import Any
 from taskhub import _errors
 from taskhub._errors import ExecutorError, MissingDependencyError, TaskhubError
 from taskhub._executor import EpisodeJob, EpisodeSink
-from taskhub._runner import EpisodeWorker
+from taskhub._runner import EpisodeWorker, stored_line, summary_row
 from taskhub._schema import EnvInfo, EpisodeRecord, ErrorInfo, ExecutorInfo, Task
 
 logger = logging.getLogger(__name__)
@@ -148,10 +148,13 @@ class NodeWorker:
         }
 
     async def play(self, items: list[tuple[Task, int]]) -> AsyncIterator[tuple[str, Any]]:
-        """Yield ``("records", [json, ...])`` as episodes end, or ``("error", json)`` and stop.
+        """Yield ``("records", [(line, summary), ...])`` as episodes end, or ``("error", json)``.
 
-        Records travel in batches: each waits at most ``BATCH_WAIT_S`` for the ones ending
-        after it, and the last of the chunk is sent as soon as it ends.
+        Each record travels as the JSON line ``episodes.jsonl`` gets (``stored_line``) and its
+        summary row (the record without its trajectory), so that the one writer neither parses
+        nor serializes it again. Records travel in batches: each waits at most
+        ``BATCH_WAIT_S`` for the ones ending after it, and the last of the chunk is sent as
+        soon as it ends.
         """
         worker = self.worker
         assert worker is not None
@@ -166,7 +169,7 @@ class NodeWorker:
 
         producer = asyncio.create_task(produce())
         loop = asyncio.get_running_loop()
-        batch: list[str] = []
+        batch: list[tuple[str, EpisodeRecord]] = []
         due = 0.0
         try:
             while True:
@@ -181,7 +184,8 @@ class NodeWorker:
                     break
                 if not batch:
                     due = loop.time() + BATCH_WAIT_S
-                batch.append(record.model_dump_json())
+                stored, line = stored_line(record)
+                batch.append((line, summary_row(stored)))
             try:
                 await producer
             except TaskhubError as exc:
@@ -475,13 +479,12 @@ class _Dispatch:
                     if kind == "error":
                         self.fail(_error(json.loads(payload)))
                         break
-                    for line in payload:
-                        record = EpisodeRecord.model_validate_json(line)
-                        key = record.key()
+                    for line, summary in payload:
+                        key = summary.key()
                         pending.pop(key, None)
                         if key not in self.written:
                             self.written.add(key)
-                            sink.record(record)
+                            sink.record(summary, line)
             except self.ray.exceptions.RayError as exc:
                 info.alive = self.alive[index] = False
                 logger.warning(

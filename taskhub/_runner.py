@@ -96,7 +96,11 @@ class Progress(Protocol):
         ...
 
     def update(self, record: EpisodeRecord) -> None:
-        """One more episode finished (whatever its outcome)."""
+        """One more episode finished (whatever its outcome).
+
+        ``record`` is its summary row: the record without its trajectory (steps, messages,
+        observations, reset payload), which only ``episodes.jsonl`` holds.
+        """
         ...
 
     def complete(self) -> None:
@@ -198,11 +202,40 @@ class _Played:
     duration: float
 
 
-def _summary_row(record: EpisodeRecord) -> EpisodeRecord:
+def summary_row(record: EpisodeRecord) -> EpisodeRecord:
     """The record without its trajectory: what ``summarize`` reads, at a fraction of the memory."""
     return record.model_copy(
         update={"steps": [], "messages": [], "initial_observation": None, "reset_payload": {}}
     )
+
+
+def stored_line(record: EpisodeRecord) -> tuple[EpisodeRecord, str]:
+    """The record as ``episodes.jsonl`` stores it, and its JSON line (without the newline).
+
+    A record that cannot be serialized (pydantic refuses a value: too deep, not JSON) is
+    stored as that episode's error, without its trajectory.
+    """
+    try:
+        return record, record.model_dump_json()
+    except ValueError as exc:
+        logger.warning("episode %s#%d cannot be stored: %s", record.task_id, record.sample, exc)
+        error = ResultsError(
+            f"the episode's record cannot be stored ({str(exc)[:300]}); its trajectory was left out"
+        )
+        stripped = record.model_copy(
+            update={
+                "outcome": "infra_error",
+                "reward": None,
+                "success": None,
+                "reward_components": [],
+                "error": ErrorInfo.from_exception(error),
+                "steps": [],
+                "messages": [],
+                "initial_observation": None,
+                "reset_metadata": None,
+            }
+        )
+        return stripped, stripped.model_dump_json()
 
 
 def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, Sequence[Task]]:
@@ -332,7 +365,7 @@ class _Runner:
         self.fatal: BaseException | None = None
         # What the summary needs of every record (earlier sessions' too), without trajectories:
         # the file is not read again at the end of a long run.
-        self.rows = [_summary_row(r) for r in plan.previous]
+        self.rows = [summary_row(r) for r in plan.previous]
 
     def env_spec(self) -> str:
         plan = self.plan
@@ -444,19 +477,24 @@ class _Runner:
         """No more episodes are to be started (--fail-fast, or a fatal error)."""
         return self.stop_reason is not None
 
-    def record(self, record: EpisodeRecord) -> None:
+    def record(self, record: EpisodeRecord, line: str | None = None) -> None:
         """Write one finished episode (the run's only writer of ``episodes.jsonl``).
 
-        A write that fails (disk full, the folder gone) stops the run with that error.
+        ``line`` is the record's JSON when the worker that played it serialized it already
+        (``stored_line``): it is written as it is, and ``record`` may be its summary row. A
+        write that fails (disk full, the folder gone) stops the run with that error.
         """
         assert self.writer is not None
+        if line is None:
+            record, line = stored_line(record)
         try:
-            record = self._write(record)
+            self.writer.write(record, line)
         except ResultsError as exc:
             self.fatal = exc
             self.stop_reason = str(exc)
             return
-        self.rows.append(_summary_row(record))
+        record = summary_row(record)
+        self.rows.append(record)
         logger.info(
             "episode %s#%d: %s reward=%s steps=%d",
             record.task_id,
@@ -615,34 +653,6 @@ class _Runner:
     async def _finish(self, played: _Played) -> None:
         """Score a played episode and record it."""
         self.record(await self._score(played))
-
-    def _write(self, record: EpisodeRecord) -> EpisodeRecord:
-        """Append ``record``; one that cannot be serialized is stored as that episode's error."""
-        assert self.writer is not None
-        try:
-            self.writer.write(record)
-            return record
-        except ValueError as exc:  # pydantic refuses a value (too deep, not JSON)
-            logger.warning("episode %s#%d cannot be stored: %s", record.task_id, record.sample, exc)
-            error = ResultsError(
-                f"the episode's record cannot be stored ({str(exc)[:300]}); its trajectory "
-                "was left out"
-            )
-            stripped = record.model_copy(
-                update={
-                    "outcome": "infra_error",
-                    "reward": None,
-                    "success": None,
-                    "reward_components": [],
-                    "error": ErrorInfo.from_exception(error),
-                    "steps": [],
-                    "messages": [],
-                    "initial_observation": None,
-                    "reset_metadata": None,
-                }
-            )
-            self.writer.write(stripped)
-            return stripped
 
     async def _episode(self, task: Task, sample: int) -> EpisodeRecord | None:
         """Play an episode and score it; None when the run must stop (bad key)."""
