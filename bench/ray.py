@@ -24,7 +24,11 @@ every run are printed too):
 Each run's wall time (of ``evaluate``: env launch and worker start included) is split in three
 parts read off its records: start (``evaluate`` called to the first episode's start: taskset,
 env launch, and on Ray the worker processes too), the episodes' span (first start to last end)
-and stop (last end to ``evaluate``'s return: teardown). The CPU seconds of every process of
+and stop (last end to ``evaluate``'s return: teardown). A Ray run also shows when each of its
+workers reached each step of its start (``WorkerInfo.phases``), in seconds from ``evaluate``'s
+call: its actor ran in its process (``actor up``), it launched its env servers (``env
+launched``: before it imports the runner), it had imported the runner, its env answered
+(``env up``); and the sizes of the chunks it played. The CPU seconds of every process of
 the run are read from /proc (sampled every 0.1 s: this process, the worker processes, the env
 servers and Ray's own processes; a process that lived less than that is missed), and the
 machine's load average is printed beside each run: it is a shared machine, and its load moves
@@ -45,7 +49,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Run as `python bench/ray.py`, this file's folder comes first on sys.path, and this file
@@ -53,7 +57,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
-from taskhub import EvalConfig, RayExecutor, evaluate, read_results  # noqa: E402
+from taskhub import EvalConfig, RayExecutor, WorkerInfo, evaluate, read_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -204,6 +208,7 @@ class Run:
     stop: float
     cpu: dict[str, float]
     load: float
+    workers: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         cpu = ", ".join(f"{kind} {s:.2f}" for kind, s in sorted(self.cpu.items()))
@@ -222,7 +227,16 @@ def timed(arith: EvalConfig, output_dir: Path, executor: RayExecutor | None = No
         run = evaluate(arith, output_dir=output_dir, executor=executor)
         after = time.time()
     first, last = span(run.run_dir)
-    return Run(after - before, first - before, last - first, after - last, meter.by_kind(), load)
+    workers = [] if executor is None else [describe_worker(w, before) for w in executor.workers]
+    return Run(
+        after - before, first - before, last - first, after - last, meter.by_kind(), load, workers
+    )
+
+
+def describe_worker(worker: WorkerInfo, began: float) -> str:
+    """When one worker reached each step of its start (from ``began``), and its chunks."""
+    steps = ", ".join(f"{name} +{at - began:.2f}" for name, at in worker.phases.items())
+    return f"worker on node {worker.node_id[:8]}: {steps}; chunks {worker.chunks}"
 
 
 @contextmanager
@@ -270,6 +284,8 @@ def report(title: str, plain: list[Run], on_ray: list[Run], target: str) -> None
     for name, runs in (("plain", plain), ("Ray", on_ray)):
         for i, run in enumerate(runs, 1):
             print(f"  {name} run {i}: {run.describe()}")
+            for line in run.workers:
+                print(f"    {line}")
 
 
 def main() -> None:

@@ -76,7 +76,7 @@ from taskhub._trust import check_remote_code
 from taskhub._urls import redact_optional_url, redact_url
 from taskhub._version import __version__
 from taskhub.env._client import wire_dialect
-from taskhub.env._launch import EnvHandle
+from taskhub.env._launch import EnvHandle, LocalServer
 from taskhub.env._pool import SessionPool
 from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_model_spec
 from taskhub.models._cache import CachedModel
@@ -327,6 +327,33 @@ def check_rewards(specs: Sequence[str]) -> None:
         build_reward(text)
 
 
+def env_spec(config: EvalConfig, taskset: Taskset) -> str:
+    """The ENV a run plays on: the config's, else the taskset card's.
+
+    Raises:
+        ConfigError: Neither names one (the taskset may declare a container image, which
+            taskhub does not run).
+    """
+    spec = config.env or taskset.card.env
+    image = taskset.environment.image if taskset.environment else None
+    if not spec and image:
+        raise ConfigError(
+            f"taskset {taskset.name!r} declares its env as the container image "
+            f"{image!r} (environment.yaml); taskhub does not run containers: start it "
+            f"(docker run -p 8000:8000 {image}) and pass its URL as ENV"
+        )
+    if not spec:
+        raise ConfigError(
+            f"no environment: pass ENV, or set `env:` in the taskset card of {taskset.name!r}"
+        )
+    return spec
+
+
+def server_sessions(config: EvalConfig) -> int:
+    """Sessions each launched env server of a run is told to accept (``MAX_CONCURRENT_ENVS``)."""
+    return max(config.concurrency, config.max_sessions_per_env or 0)
+
+
 def new_run_id(config: EvalConfig, taskset_name: str) -> str:
     """Return a fresh run id: UTC time, taskset, model, and a random suffix."""
     stamp = _now().strftime("%Y%m%dT%H%M%SZ")
@@ -368,25 +395,16 @@ class _Runner:
         self.rows = [summary_row(r) for r in plan.previous]
 
     def env_spec(self) -> str:
-        plan = self.plan
-        spec = self.config.env or plan.taskset.card.env
-        image = plan.taskset.environment.image if plan.taskset.environment else None
-        if not spec and image:
-            raise ConfigError(
-                f"taskset {plan.taskset.name!r} declares its env as the container image "
-                f"{image!r} (environment.yaml); taskhub does not run containers: start it "
-                f"(docker run -p 8000:8000 {image}) and pass its URL as ENV"
-            )
-        if not spec:
-            raise ConfigError(
-                f"no environment: pass ENV, or set `env:` in the taskset card of "
-                f"{self.plan.taskset.name!r}"
-            )
-        return spec
+        return env_spec(self.config, self.plan.taskset)
 
     @contextlib.asynccontextmanager
-    async def engine(self, log_dir: Path) -> AsyncIterator[None]:
-        """Open what episodes are played with: the model client, the env servers, the pool."""
+    async def engine(
+        self, log_dir: Path, launched: Sequence[LocalServer] = ()
+    ) -> AsyncIterator[None]:
+        """Open what episodes are played with: the model client, the env servers, the pool.
+
+        ``launched`` are servers of a local env launched for this run already.
+        """
         config = self.config
         env_spec = self.env_spec()
         _status(self.progress, f"loading model {config.model}")
@@ -412,11 +430,12 @@ class _Runner:
                 env_spec,
                 http=self.http,
                 replicas=config.replicas,
-                max_sessions=max(config.concurrency, config.max_sessions_per_env or 0),
+                max_sessions=server_sessions(config),
                 headers=self.env_headers,
                 log_dir=log_dir,
                 provider=config.env_provider,
                 provider_options=config.env_provider_options,
+                launched=launched,
             )
             async with handle:
                 assert handle.info is not None
@@ -774,10 +793,17 @@ class EpisodeWorker:
     run writes.
     """
 
-    def __init__(self, job: EpisodeJob, *, log_dir: Path) -> None:
-        """Prepare to play ``job`` (nothing starts before ``open``); env logs go to ``log_dir``."""
+    def __init__(
+        self, job: EpisodeJob, *, log_dir: Path, launched: Sequence[LocalServer] = ()
+    ) -> None:
+        """Prepare to play ``job`` (nothing starts before ``open``); env logs go to ``log_dir``.
+
+        ``launched`` are servers of the job's local env launched already: ``open`` waits for
+        them instead of launching as many; they stop when it fails, or on ``close``.
+        """
         self.job = job
         self.log_dir = log_dir
+        self.launched = list(launched)
         self._plan = _plan(job.config, job.taskset, log_dir, job.run_id)
         self._stack = contextlib.AsyncExitStack()
         self._runner: _Runner | None = None
@@ -790,6 +816,8 @@ class EpisodeWorker:
             TaskhubError: The env or the model could not be started.
         """
         try:
+            # the servers launched already stop with the rest, whether the env took them or not
+            self._stack.callback(self._stop_launched)
             http = await self._stack.enter_async_context(_make_http())
             runner = _Runner(
                 self._plan,
@@ -799,7 +827,9 @@ class EpisodeWorker:
                 argv=None,
                 parent_manifest=None,
             )
-            await self._stack.enter_async_context(runner.engine(self.log_dir / "env-logs"))
+            await self._stack.enter_async_context(
+                runner.engine(self.log_dir / "env-logs", self.launched)
+            )
         except BaseException:
             await self._stack.aclose()
             raise
@@ -853,6 +883,10 @@ class EpisodeWorker:
         """Stop the env servers and close the model client."""
         self._runner = None
         await self._stack.aclose()
+
+    def _stop_launched(self) -> None:
+        for server in self.launched:  # stopping a server twice does nothing
+            server.stop()
 
 
 def _make_http() -> httpx.AsyncClient:

@@ -9,9 +9,12 @@ out.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -102,6 +105,11 @@ def test_a_ray_run_equals_a_plain_run(ray_cluster: Any, tmp_path: Path) -> None:
     nodes = manifest.executor.nodes
     assert 1 <= nodes <= 2 and len({w.node_id for w in executor.workers}) == nodes
     assert manifest.env is not None and len(manifest.env.urls) == nodes
+    # ... launched as soon as its actor was up, before it imported the runner
+    for worker in executor.workers:
+        phases = worker.phases
+        assert list(phases) == ["actor up", "env launched", "runner imported", "env up"]
+        assert sorted(phases.values()) == list(phases.values())
     assert manifest.config == read_manifest(plain.run_dir).config
     # how the model acted on the tool env is the workers' model's, as in a plain run
     plain_model = read_manifest(plain.run_dir).model
@@ -162,6 +170,7 @@ def test_a_worker_killed_mid_run_leaves_every_episode_exactly_once(
     assert len(keys) == len(set(keys)) == 60
     assert all(r.reward == 1.0 for r in read_results(run_dir))
     assert not executor.workers[0].alive and executor.workers[1].alive
+    assert all("env launched" in w.phases for w in executor.workers)  # an env folder
     # the worker that came up second joined the run: its node and its own server are named
     manifest = read_manifest(run_dir)
     assert manifest.executor is not None and manifest.executor.nodes == 2
@@ -184,6 +193,8 @@ def test_a_run_that_lost_every_worker_resumes_on_ray(
     # the other worker may come up later: it is killed as soon as it is
     _wait(lambda: len(executor.workers) == 2, "the second worker")
     os.kill(executor.workers[1].pid, signal.SIGKILL)
+    # an env at a URL is shared: no worker launches one
+    assert all("env launched" not in w.phases for w in executor.workers)
     thread.join(300)
     assert isinstance(out.get("error"), ExecutorError), out
     assert "every Ray worker was lost" in str(out["error"])
@@ -229,3 +240,43 @@ def test_a_run_is_carried_by_a_few_shrinking_chunks(ray_cluster: Any, tmp_path: 
     executor = RayExecutor(ray_cluster.address, max_nodes=1)
     evaluate(fail_fast, output_dir=tmp_path, executor=executor)
     assert executor.workers[0].chunks == [4] * 25
+
+
+def test_a_node_loads_its_worker_and_launches_its_env_without_taskhub(tmp_path: Path) -> None:
+    """The actor class travels by value: the node's env starts before taskhub is imported."""
+    from ray import cloudpickle
+
+    from taskhub._ray import node_worker
+    from taskhub._ray_node import EarlyLaunch
+    from taskhub.env import builtin_envs
+    from taskhub.env._launch import server_command
+
+    launch = EarlyLaunch(server_command(builtin_envs()["arith"]), builtin="arith", max_sessions=2)
+    script = """
+import asyncio, json, pickle, sys, time, urllib.request
+cls, launch = pickle.loads(sys.stdin.buffer.read())
+worker = cls(launch)
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "taskhub")
+((folder, port, process, log),) = worker.early
+deadline, status = time.monotonic() + 120, None
+while status is None and time.monotonic() < deadline:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as reply:
+            status = reply.status
+    except OSError:
+        time.sleep(0.1)
+asyncio.run(worker.stop())
+phases = list(worker.phases)
+print(json.dumps({"loaded": loaded, "status": status, "exit": process.poll(), "phases": phases}))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        input=cloudpickle.dumps((node_worker(), launch)),
+        capture_output=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    out = json.loads(result.stdout)
+    assert out["loaded"] == []  # not even taskhub's own package
+    assert out["status"] == 200 and out["exit"] is not None  # it served, and was stopped
+    assert out["phases"] == ["actor up", "env launched"]
