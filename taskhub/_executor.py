@@ -51,8 +51,13 @@ class EpisodeSink(Protocol):
         """Another worker's env is up, after ``begin``: its URLs join the run's."""
         ...
 
-    def record(self, record: EpisodeRecord) -> None:
-        """One finished episode, written as it arrives."""
+    def record(self, record: EpisodeRecord, line: str | None = None) -> None:
+        """One finished episode, written as it arrives.
+
+        An executor whose workers serialize their records (``taskhub._runner.stored_line``)
+        passes that JSON as ``line``, written as it is, and may pass the record's summary row
+        (``summary_row``) as ``record``: the writer then neither parses nor serializes it.
+        """
         ...
 
     def fail(self, error: BaseException) -> None:

@@ -1,14 +1,17 @@
 """The Ray executor: a run's episodes played by one worker actor per node of a Ray cluster.
 
 The driver (the process that runs ``evaluate``) plans every episode and is the only writer of
-``episodes.jsonl``. Each alive node gets one worker actor that owns that node's env servers
-(built-in envs and env folders are launched there; URLs and Spaces are shared) and its model
+``episodes.jsonl``. Each alive node gets one worker actor (``taskhub._ray_node.NodeWorker``)
+that owns that node's env servers (built-in envs and env folders are launched there, as soon as
+the actor is up and before it imports the runner; URLs and Spaces are shared) and its model
 client, and plays the episodes of the chunks it is handed with the runner's own code
 (``EpisodeWorker``), streaming the records back as episodes end (in batches of those that end
 within ``BATCH_WAIT_S`` of each other). The run begins when the first worker is up; the others
-join as they come up. Chunks come from one queue, so a fast node takes more of them; a chunk of
-a worker that dies goes back to the queue, less the records already received, and another
-worker plays it. Every ``(task, sample)`` is written once.
+join as they come up. Chunks are cut from one queue as workers ask, so a fast node takes more
+of them; each is a share of the episodes left (``chunk_size``), large while many are left and
+down to the concurrency at the end, so that few calls carry a run and the workers still end
+together. A chunk of a worker that dies goes back to the queue, less the records already
+received, and another worker plays it. Every ``(task, sample)`` is written once.
 
 Ray is imported only when a ``RayExecutor`` runs (``pip install 'taskhub-openenv[ray]'``).
 Errors cross from the workers as their type name and message (an exception that does not
@@ -19,21 +22,22 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import importlib
 import json
 import logging
+import math
 import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from taskhub import _errors
+from taskhub import _errors, _ray_node
 from taskhub._errors import ExecutorError, MissingDependencyError, TaskhubError
 from taskhub._executor import EpisodeJob, EpisodeSink
-from taskhub._runner import EpisodeWorker
-from taskhub._schema import EnvInfo, EpisodeRecord, ErrorInfo, ExecutorInfo, Task
+from taskhub._ray_node import EarlyLaunch, NodeWorker
+from taskhub._runner import env_spec, server_sessions
+from taskhub._schema import EnvInfo, ExecutorInfo, Task
+from taskhub.env import _spawn
+from taskhub.env._launch import resolve_env, server_command
 
 logger = logging.getLogger(__name__)
 
@@ -91,119 +95,6 @@ def _error(info: dict[str, str]) -> TaskhubError:
     return TaskhubError(f"{info['type']}: {message}")
 
 
-def _error_info(exc: BaseException) -> dict[str, str]:
-    info = ErrorInfo.from_exception(exc)
-    return {"type": info.type, "message": info.message}
-
-
-#: Seconds a finished episode's record waits on its worker for others to travel back with it
-#: (one Ray object per batch rather than per record); a chunk's last record never waits.
-BATCH_WAIT_S = 0.05
-
-
-class NodeWorker:
-    """The actor on one node: an ``EpisodeWorker`` and the chunks streamed through it."""
-
-    def __init__(self) -> None:
-        """Nothing starts before ``start`` (so that start errors come back as values)."""
-        self.worker: EpisodeWorker | None = None
-        self.opening: asyncio.Future[tuple[EnvInfo, dict[str, Any]]] | None = None
-        self.stopping = False
-        self.log_dir = Path(tempfile.mkdtemp(prefix="taskhub-ray-"))
-
-    async def start(self, job: EpisodeJob) -> dict[str, Any]:
-        """Open the worker; return the env, the model details and this process, or the error.
-
-        A ``stop`` while it opens (the run ended first) stops what was started and answers
-        ``{"stopped": True}``.
-        """
-        import ray
-
-        worker = EpisodeWorker(job, log_dir=self.log_dir)
-        opening = self.opening = asyncio.ensure_future(worker.open())
-        try:
-            env_info, details = await opening
-        except asyncio.CancelledError:
-            this = asyncio.current_task()
-            if this is not None and this.cancelling():  # this call itself was cancelled
-                raise
-            return {"stopped": True}
-        except Exception as exc:
-            return {"error": _error_info(exc)}
-        finally:
-            self.opening = None
-        if self.stopping:  # stop() came as it opened
-            await worker.close()
-            return {"stopped": True}
-        self.worker = worker
-        return {
-            "env": env_info.model_dump(mode="json"),
-            "model_details": details,
-            "tool_calling": worker.tool_calling,
-            "pid": os.getpid(),
-            "node_id": ray.get_runtime_context().get_node_id(),
-        }
-
-    async def play(self, items: list[tuple[Task, int]]) -> AsyncIterator[tuple[str, Any]]:
-        """Yield ``("records", [json, ...])`` as episodes end, or ``("error", json)`` and stop.
-
-        Records travel in batches: each waits at most ``BATCH_WAIT_S`` for the ones ending
-        after it, and the last of the chunk is sent as soon as it ends.
-        """
-        worker = self.worker
-        assert worker is not None
-        ended: asyncio.Queue[EpisodeRecord | None] = asyncio.Queue()
-
-        async def produce() -> None:
-            try:
-                async for record in worker.play(items):
-                    ended.put_nowait(record)
-            finally:
-                ended.put_nowait(None)
-
-        producer = asyncio.create_task(produce())
-        loop = asyncio.get_running_loop()
-        batch: list[str] = []
-        due = 0.0
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout_at(due if batch else None):
-                        record = await ended.get()
-                except TimeoutError:
-                    yield ("records", batch)
-                    batch = []
-                    continue
-                if record is None:
-                    break
-                if not batch:
-                    due = loop.time() + BATCH_WAIT_S
-                batch.append(record.model_dump_json())
-            try:
-                await producer
-            except TaskhubError as exc:
-                if batch:  # played before the error: results like any other
-                    yield ("records", batch)
-                yield ("error", ErrorInfo.from_exception(exc).model_dump_json())
-                return
-            if batch:
-                yield ("records", batch)
-        finally:
-            producer.cancel()
-            await asyncio.gather(producer, return_exceptions=True)
-
-    async def stop(self) -> None:
-        """Stop this node's env servers and model client (cancelling a start under way)."""
-        self.stopping = True
-        if self.opening is not None:
-            self.opening.cancel()
-            await asyncio.gather(self.opening, return_exceptions=True)
-        if self.worker is not None:
-            await self.worker.close()
-            self.worker = None
-        shutil.rmtree(self.log_dir, ignore_errors=True)
-
-
 @dataclass
 class WorkerInfo:
     """One worker actor of a running Ray executor."""
@@ -216,11 +107,32 @@ class WorkerInfo:
     """The env servers it plays on."""
     alive: bool = True
     """False once the driver lost it."""
+    chunks: list[int] = field(default_factory=list)
+    """The sizes of the chunks it was handed, in order."""
+    phases: dict[str, float] = field(default_factory=dict)
+    """When it reached each step of its start, in seconds since the epoch on its node's
+    clock: ``actor up`` (its process had loaded the actor), ``env launched`` (it launched the
+    env servers that serve the run, before importing the runner; absent for an env it does not
+    launch), ``runner imported``, ``env up`` (its env answered: it is ready to play)."""
 
 
 @dataclass
 class _Chunk:
     items: list[tuple[Task, int]]
+
+
+#: A chunk cut from the queue is at most this fraction of a worker's share of the episodes left.
+CHUNK_SHARE = 4
+
+
+def chunk_size(left: int, workers: int, concurrency: int) -> int:
+    """Episodes in the next chunk: a ``CHUNK_SHARE``-th of a worker's share of those left.
+
+    Never fewer than ``concurrency`` (the worker's slots), so that the last chunks, whose
+    size no longer shrinks, keep every slot busy; never more than are left.
+    """
+    share = math.ceil(left / (CHUNK_SHARE * max(workers, 1)))
+    return min(left, max(concurrency, share))
 
 
 class RayExecutor:
@@ -249,8 +161,11 @@ class RayExecutor:
                 for the run (and stops it after); ``auto`` joins the one running here;
                 ``HOST:PORT`` or ``ray://HOST:PORT`` a cluster. A Python session already
                 connected to Ray (``ray.init`` called) is used as it is, whatever the address.
-            chunk_size: Episodes handed to a worker at once (default: its concurrency). Each
-                worker holds two chunks, so its slots never wait for the driver.
+            chunk_size: Episodes handed to a worker at once. By default a chunk is a share
+                of the episodes left (``chunk_size()``: a few calls carry a run, and the last
+                chunks are as large as the concurrency, so the workers end together); with
+                ``fail_fast`` it is the concurrency, so that a failure stops the run within a
+                chunk. Each worker holds two chunks, so its slots never wait for the driver.
             max_nodes: Use at most this many nodes (default: every alive node).
         """
         if chunk_size is not None and chunk_size < 1:
@@ -300,7 +215,7 @@ class RayExecutor:
             if started:
                 ray.shutdown()
 
-    def _create_actors(self, ray: Any) -> list[Any]:
+    def _create_actors(self, ray: Any, launch: EarlyLaunch | None) -> list[Any]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -308,14 +223,53 @@ class RayExecutor:
             nodes = nodes[: self.max_nodes]
         if not nodes:
             raise ExecutorError(f"the Ray cluster at {self.address!r} has no alive node")
-        remote = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=64)(NodeWorker)
+        remote = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=64)(node_worker())
         self.workers = []
         return [
             remote.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-            ).remote()
+            ).remote(launch)
             for n in nodes
         ]
+
+
+def node_worker() -> type[NodeWorker]:
+    """The actor class, registered to travel by value: a node loads it without taskhub.
+
+    Ray's pickler sends a class by reference (its module's name) unless its module is
+    registered: the node would import ``taskhub._ray_node``, and with it all of taskhub, before
+    the actor's constructor could launch anything.
+    """
+    cloudpickle = importlib.import_module("ray.cloudpickle")  # the pickler Ray sends with
+    for module in (_spawn, _ray_node):
+        cloudpickle.register_pickle_by_value(module)
+    return NodeWorker
+
+
+def early_launch(job: EpisodeJob) -> EarlyLaunch | None:
+    """What each node's worker launches as soon as it is up: the servers of a local env.
+
+    None for an env that is not launched by taskhub (a URL, a Space, a provider's), and for
+    one that cannot be (the worker then meets the error as a plain run does, and reports it).
+    """
+    config = job.config
+    if config.env_provider is not None:
+        return None
+    try:
+        spec = env_spec(config, job.taskset)
+        target = resolve_env(spec)
+        if target.kind not in ("folder", "builtin") or target.path is None:
+            return None
+        command = server_command(target.path)
+    except TaskhubError:
+        return None
+    return EarlyLaunch(
+        command,
+        folder=str(target.path) if target.kind == "folder" else None,
+        builtin=target.path.name if target.kind == "builtin" else None,
+        replicas=config.replicas,
+        max_sessions=server_sessions(config),
+    )
 
 
 class _Dispatch:
@@ -325,14 +279,14 @@ class _Dispatch:
         self.executor = executor
         self.ray = ray
         self.sink = sink
-        size = executor.chunk_size or job.config.concurrency
-        items = job.items
-        self.queue = collections.deque(
-            _Chunk(items[i : i + size]) for i in range(0, len(items), size)
-        )
+        config = job.config
+        self.concurrency = config.concurrency
+        self.fixed = executor.chunk_size or (config.concurrency if config.fail_fast else None)
+        # The episodes not yet handed out, in plan order: chunks are cut as workers ask.
+        self.queue = collections.deque(job.items)
         # Workers get the tasks with their chunks, not with the job.
         self.shared = ray.put(replace(job, items=[]))
-        self.actors = executor._create_actors(ray)
+        self.actors = executor._create_actors(ray, early_launch(job))
         self.alive = [True] * len(self.actors)
         self.starts: list[asyncio.Future[Any]] = []
         self.written: set[tuple[str, int]] = set()
@@ -368,10 +322,9 @@ class _Dispatch:
                 "(ray status) and try again"
             )
         if self.queue and not self.over():
-            left = sum(len(c.items) for c in self.queue)
             raise ExecutorError(
-                f"every Ray worker was lost with {left} episodes still to play; the records "
-                "received are kept: finish with taskhub eval --resume RUN_DIR"
+                f"every Ray worker was lost with {len(self.queue)} episodes still to play; the "
+                "records received are kept: finish with taskhub eval --resume RUN_DIR"
             )
 
     async def serve(self, index: int) -> None:
@@ -401,7 +354,7 @@ class _Dispatch:
         if "stopped" in answer or self.finished():  # up too late to play
             return
         env = EnvInfo.model_validate(answer["env"])
-        info = WorkerInfo(answer["node_id"], answer["pid"], env.urls)
+        info = WorkerInfo(answer["node_id"], answer["pid"], env.urls, phases=answer["phases"])
         self.executor.workers.append(info)
         if self.begun:
             self.sink.join(env)
@@ -429,13 +382,14 @@ class _Dispatch:
             if self.over() or not self.queue:
                 return None
             self.in_flight += 1
-            return self.queue.popleft()
+            size = self.fixed or chunk_size(len(self.queue), sum(self.alive), self.concurrency)
+            return _Chunk([self.queue.popleft() for _ in range(min(size, len(self.queue)))])
 
     async def done_with(self, chunk: _Chunk | None) -> None:
         async with self.changed:
             self.in_flight -= 1
-            if chunk is not None:
-                self.queue.appendleft(chunk)
+            if chunk is not None:  # first in line again, in plan order
+                self.queue.extendleft(reversed(chunk.items))
             self.changed.notify_all()
 
     async def feed(self, index: int, info: WorkerInfo) -> None:
@@ -444,6 +398,7 @@ class _Dispatch:
             chunk = await self.next_chunk()
             if chunk is None:
                 return
+            info.chunks.append(len(chunk.items))
             pending = {(t.task_id, s): (t, s) for t, s in chunk.items}
             left: _Chunk | None = None
             try:
@@ -452,13 +407,12 @@ class _Dispatch:
                     if kind == "error":
                         self.fail(_error(json.loads(payload)))
                         break
-                    for line in payload:
-                        record = EpisodeRecord.model_validate_json(line)
-                        key = record.key()
+                    for line, summary in payload:
+                        key = summary.key()
                         pending.pop(key, None)
                         if key not in self.written:
                             self.written.add(key)
-                            sink.record(record)
+                            sink.record(summary, line)
             except self.ray.exceptions.RayError as exc:
                 info.alive = self.alive[index] = False
                 logger.warning(

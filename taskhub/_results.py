@@ -78,25 +78,31 @@ class ResultsWriter:
         self._offset = self._file.tell()
         self._index = IndexWriter(path)
 
-    def write(self, record: EpisodeRecord) -> None:
+    def write(self, record: EpisodeRecord, line: str | None = None) -> None:
         """Append one record and flush it to the OS.
+
+        Args:
+            record: The record (its index row is read from it).
+            line: Its JSON, when it was serialized already (``record.model_dump_json()``, in
+                the process that played it): written as it is. ``record`` may then be its
+                summary row, without the trajectory, which the index does not read.
 
         Raises:
             ValueError: The record cannot be serialized (nothing was written).
             ResultsError: The file cannot be written (disk full...).
         """
-        line = (record.model_dump_json() + "\n").encode("utf-8")
+        data = ((record.model_dump_json() if line is None else line) + "\n").encode("utf-8")
         try:
-            self._file.write(line)
+            self._file.write(data)
             self._file.flush()
-            self._index.write(record, self._offset, len(line))
+            self._index.write(record, self._offset, len(data))
         except OSError as exc:
             raise ResultsError(
                 f"cannot write {self.path}: {exc.strerror or exc}; the episodes written so far "
                 "are kept: free the space, then finish with `taskhub eval --resume "
                 f"{self.path.parent}`"
             ) from None
-        self._offset += len(line)
+        self._offset += len(data)
 
     def close(self) -> None:
         """Close the file."""

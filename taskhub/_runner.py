@@ -76,7 +76,7 @@ from taskhub._trust import check_remote_code
 from taskhub._urls import redact_optional_url, redact_url
 from taskhub._version import __version__
 from taskhub.env._client import wire_dialect
-from taskhub.env._launch import EnvHandle
+from taskhub.env._launch import EnvHandle, LocalServer
 from taskhub.env._pool import SessionPool
 from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_model_spec
 from taskhub.models._cache import CachedModel
@@ -96,7 +96,11 @@ class Progress(Protocol):
         ...
 
     def update(self, record: EpisodeRecord) -> None:
-        """One more episode finished (whatever its outcome)."""
+        """One more episode finished (whatever its outcome).
+
+        ``record`` is its summary row: the record without its trajectory (steps, messages,
+        observations, reset payload), which only ``episodes.jsonl`` holds.
+        """
         ...
 
     def complete(self) -> None:
@@ -198,11 +202,40 @@ class _Played:
     duration: float
 
 
-def _summary_row(record: EpisodeRecord) -> EpisodeRecord:
+def summary_row(record: EpisodeRecord) -> EpisodeRecord:
     """The record without its trajectory: what ``summarize`` reads, at a fraction of the memory."""
     return record.model_copy(
         update={"steps": [], "messages": [], "initial_observation": None, "reset_payload": {}}
     )
+
+
+def stored_line(record: EpisodeRecord) -> tuple[EpisodeRecord, str]:
+    """The record as ``episodes.jsonl`` stores it, and its JSON line (without the newline).
+
+    A record that cannot be serialized (pydantic refuses a value: too deep, not JSON) is
+    stored as that episode's error, without its trajectory.
+    """
+    try:
+        return record, record.model_dump_json()
+    except ValueError as exc:
+        logger.warning("episode %s#%d cannot be stored: %s", record.task_id, record.sample, exc)
+        error = ResultsError(
+            f"the episode's record cannot be stored ({str(exc)[:300]}); its trajectory was left out"
+        )
+        stripped = record.model_copy(
+            update={
+                "outcome": "infra_error",
+                "reward": None,
+                "success": None,
+                "reward_components": [],
+                "error": ErrorInfo.from_exception(error),
+                "steps": [],
+                "messages": [],
+                "initial_observation": None,
+                "reset_metadata": None,
+            }
+        )
+        return stripped, stripped.model_dump_json()
 
 
 def select_tasks(taskset: Taskset, config: EvalConfig) -> tuple[str, Sequence[Task]]:
@@ -294,6 +327,33 @@ def check_rewards(specs: Sequence[str]) -> None:
         build_reward(text)
 
 
+def env_spec(config: EvalConfig, taskset: Taskset) -> str:
+    """The ENV a run plays on: the config's, else the taskset card's.
+
+    Raises:
+        ConfigError: Neither names one (the taskset may declare a container image, which
+            taskhub does not run).
+    """
+    spec = config.env or taskset.card.env
+    image = taskset.environment.image if taskset.environment else None
+    if not spec and image:
+        raise ConfigError(
+            f"taskset {taskset.name!r} declares its env as the container image "
+            f"{image!r} (environment.yaml); taskhub does not run containers: start it "
+            f"(docker run -p 8000:8000 {image}) and pass its URL as ENV"
+        )
+    if not spec:
+        raise ConfigError(
+            f"no environment: pass ENV, or set `env:` in the taskset card of {taskset.name!r}"
+        )
+    return spec
+
+
+def server_sessions(config: EvalConfig) -> int:
+    """Sessions each launched env server of a run is told to accept (``MAX_CONCURRENT_ENVS``)."""
+    return max(config.concurrency, config.max_sessions_per_env or 0)
+
+
 def new_run_id(config: EvalConfig, taskset_name: str) -> str:
     """Return a fresh run id: UTC time, taskset, model, and a random suffix."""
     stamp = _now().strftime("%Y%m%dT%H%M%SZ")
@@ -332,28 +392,19 @@ class _Runner:
         self.fatal: BaseException | None = None
         # What the summary needs of every record (earlier sessions' too), without trajectories:
         # the file is not read again at the end of a long run.
-        self.rows = [_summary_row(r) for r in plan.previous]
+        self.rows = [summary_row(r) for r in plan.previous]
 
     def env_spec(self) -> str:
-        plan = self.plan
-        spec = self.config.env or plan.taskset.card.env
-        image = plan.taskset.environment.image if plan.taskset.environment else None
-        if not spec and image:
-            raise ConfigError(
-                f"taskset {plan.taskset.name!r} declares its env as the container image "
-                f"{image!r} (environment.yaml); taskhub does not run containers: start it "
-                f"(docker run -p 8000:8000 {image}) and pass its URL as ENV"
-            )
-        if not spec:
-            raise ConfigError(
-                f"no environment: pass ENV, or set `env:` in the taskset card of "
-                f"{self.plan.taskset.name!r}"
-            )
-        return spec
+        return env_spec(self.config, self.plan.taskset)
 
     @contextlib.asynccontextmanager
-    async def engine(self, log_dir: Path) -> AsyncIterator[None]:
-        """Open what episodes are played with: the model client, the env servers, the pool."""
+    async def engine(
+        self, log_dir: Path, launched: Sequence[LocalServer] = ()
+    ) -> AsyncIterator[None]:
+        """Open what episodes are played with: the model client, the env servers, the pool.
+
+        ``launched`` are servers of a local env launched for this run already.
+        """
         config = self.config
         env_spec = self.env_spec()
         _status(self.progress, f"loading model {config.model}")
@@ -379,11 +430,12 @@ class _Runner:
                 env_spec,
                 http=self.http,
                 replicas=config.replicas,
-                max_sessions=max(config.concurrency, config.max_sessions_per_env or 0),
+                max_sessions=server_sessions(config),
                 headers=self.env_headers,
                 log_dir=log_dir,
                 provider=config.env_provider,
                 provider_options=config.env_provider_options,
+                launched=launched,
             )
             async with handle:
                 assert handle.info is not None
@@ -444,19 +496,24 @@ class _Runner:
         """No more episodes are to be started (--fail-fast, or a fatal error)."""
         return self.stop_reason is not None
 
-    def record(self, record: EpisodeRecord) -> None:
+    def record(self, record: EpisodeRecord, line: str | None = None) -> None:
         """Write one finished episode (the run's only writer of ``episodes.jsonl``).
 
-        A write that fails (disk full, the folder gone) stops the run with that error.
+        ``line`` is the record's JSON when the worker that played it serialized it already
+        (``stored_line``): it is written as it is, and ``record`` may be its summary row. A
+        write that fails (disk full, the folder gone) stops the run with that error.
         """
         assert self.writer is not None
+        if line is None:
+            record, line = stored_line(record)
         try:
-            record = self._write(record)
+            self.writer.write(record, line)
         except ResultsError as exc:
             self.fatal = exc
             self.stop_reason = str(exc)
             return
-        self.rows.append(_summary_row(record))
+        record = summary_row(record)
+        self.rows.append(record)
         logger.info(
             "episode %s#%d: %s reward=%s steps=%d",
             record.task_id,
@@ -616,34 +673,6 @@ class _Runner:
         """Score a played episode and record it."""
         self.record(await self._score(played))
 
-    def _write(self, record: EpisodeRecord) -> EpisodeRecord:
-        """Append ``record``; one that cannot be serialized is stored as that episode's error."""
-        assert self.writer is not None
-        try:
-            self.writer.write(record)
-            return record
-        except ValueError as exc:  # pydantic refuses a value (too deep, not JSON)
-            logger.warning("episode %s#%d cannot be stored: %s", record.task_id, record.sample, exc)
-            error = ResultsError(
-                f"the episode's record cannot be stored ({str(exc)[:300]}); its trajectory "
-                "was left out"
-            )
-            stripped = record.model_copy(
-                update={
-                    "outcome": "infra_error",
-                    "reward": None,
-                    "success": None,
-                    "reward_components": [],
-                    "error": ErrorInfo.from_exception(error),
-                    "steps": [],
-                    "messages": [],
-                    "initial_observation": None,
-                    "reset_metadata": None,
-                }
-            )
-            self.writer.write(stripped)
-            return stripped
-
     async def _episode(self, task: Task, sample: int) -> EpisodeRecord | None:
         """Play an episode and score it; None when the run must stop (bad key)."""
         played = await self._play(task, sample)
@@ -764,10 +793,17 @@ class EpisodeWorker:
     run writes.
     """
 
-    def __init__(self, job: EpisodeJob, *, log_dir: Path) -> None:
-        """Prepare to play ``job`` (nothing starts before ``open``); env logs go to ``log_dir``."""
+    def __init__(
+        self, job: EpisodeJob, *, log_dir: Path, launched: Sequence[LocalServer] = ()
+    ) -> None:
+        """Prepare to play ``job`` (nothing starts before ``open``); env logs go to ``log_dir``.
+
+        ``launched`` are servers of the job's local env launched already: ``open`` waits for
+        them instead of launching as many; they stop when it fails, or on ``close``.
+        """
         self.job = job
         self.log_dir = log_dir
+        self.launched = list(launched)
         self._plan = _plan(job.config, job.taskset, log_dir, job.run_id)
         self._stack = contextlib.AsyncExitStack()
         self._runner: _Runner | None = None
@@ -780,6 +816,8 @@ class EpisodeWorker:
             TaskhubError: The env or the model could not be started.
         """
         try:
+            # the servers launched already stop with the rest, whether the env took them or not
+            self._stack.callback(self._stop_launched)
             http = await self._stack.enter_async_context(_make_http())
             runner = _Runner(
                 self._plan,
@@ -789,7 +827,9 @@ class EpisodeWorker:
                 argv=None,
                 parent_manifest=None,
             )
-            await self._stack.enter_async_context(runner.engine(self.log_dir / "env-logs"))
+            await self._stack.enter_async_context(
+                runner.engine(self.log_dir / "env-logs", self.launched)
+            )
         except BaseException:
             await self._stack.aclose()
             raise
@@ -843,6 +883,10 @@ class EpisodeWorker:
         """Stop the env servers and close the model client."""
         self._runner = None
         await self._stack.aclose()
+
+    def _stop_launched(self) -> None:
+        for server in self.launched:  # stopping a server twice does nothing
+            server.stop()
 
 
 def _make_http() -> httpx.AsyncClient:

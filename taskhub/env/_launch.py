@@ -4,7 +4,9 @@ Local envs (a folder in OpenEnv layout, or a built-in one) are launched the way 
 them outside Docker, ``python -m uvicorn server.app:app`` from the folder (from the subfolder
 its Dockerfile's ``WORKDIR`` copies, when the app is found there), on free loopback ports,
 and stopped when the ``EnvHandle`` closes, including on Ctrl-C. On Linux the servers are also
-told to die with their parent, so a killed runner leaves no orphan behind.
+told to die with their parent, so a killed runner leaves no orphan behind. How a folder is
+served is worked out here (``server_command``); the process is started by
+``taskhub.env._spawn``, with the standard library alone.
 """
 
 from __future__ import annotations
@@ -16,13 +18,10 @@ import logging
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -41,6 +40,7 @@ from taskhub._schema import EnvInfo, HttpDialect, ToolSpec
 from taskhub.env._apps import find_app, read_manifest
 from taskhub.env._client import EnvClient, Transport, split_base_url
 from taskhub.env._http import fetch_json, learn_http_dialect
+from taskhub.env._spawn import ServerCommand, free_port, spawn_server
 from taskhub.env._tools import ToolDiscovery, discover_tools, is_tool_env
 
 if TYPE_CHECKING:
@@ -143,23 +143,31 @@ def as_package(folder: Path, app: str) -> str | None:
     return app if imports_own else None
 
 
-def free_port() -> int:
-    """Return a TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def server_command(folder: Path) -> ServerCommand:
+    """How ``folder`` is served: its app (``find_app``), from where, with which paths.
 
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    # PR_SET_PDEATHSIG fires when the thread that forked dies: launch from the loop's thread.
-    # SIGKILL, not SIGTERM: a server stuck in its event loop never handles SIGTERM.
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
+    Raises:
+        EnvLaunchError: No app to serve can be found.
+    """
+    served = find_app(folder)
+    packaged = (
+        as_package(folder, served.app) if served.workdir == "." and not served.app_dir else None
+    )
+    if packaged is None:
+        return ServerCommand(
+            served.app,
+            workdir=served.workdir,
+            app_dir=served.app_dir,
+            pythonpath=served.pythonpath,
+            note=served.how,
+        )
+    note = f"served as {packaged} from the folder's parent: its modules import the package"
+    return ServerCommand(
+        packaged,
+        app_dir="..",  # the folder's parent holds the package
+        pythonpath=served.pythonpath,
+        note="; ".join(filter(None, [served.how, note])),
+    )
 
 
 @dataclass
@@ -225,59 +233,21 @@ def launch_server(
     Raises:
         EnvLaunchError: No app to serve can be found.
     """
-    served = find_app(folder)
-    app, how = served.app, served.how
-    cwd = folder / served.workdir
-    packaged = as_package(folder, app) if served.workdir == "." and not served.app_dir else None
-    if packaged is not None:
-        note = f"served as {packaged} from the folder's parent: its modules import the package"
-        app, how = packaged, "; ".join(filter(None, [how, note]))
+    command = server_command(folder)
     port = port or free_port()
     scratch = None if log_dir else Path(tempfile.mkdtemp(prefix="taskhub-env-"))
     log_dir = log_dir or scratch
     assert log_dir is not None
-    log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{folder.name}-{port}.log"
-    variables = {**os.environ, **(env or {})}
-    if max_sessions is not None:
-        variables["MAX_CONCURRENT_ENVS"] = str(max_sessions)
-    variables.setdefault("PYTHONUNBUFFERED", "1")
-    if served.pythonpath:  # the Dockerfile's ENV PYTHONPATH, as folders of this env
-        paths = [str(folder / p) for p in served.pythonpath]
-        variables["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [*paths, variables.get("PYTHONPATH")])
-        )
-    argv = [
-        python or sys.executable,
-        "-m",
-        "uvicorn",
-        app,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--ws-max-size",
-        str(16 * 1024 * 1024),
-    ]
-    if packaged is not None:
-        argv += ["--app-dir", str(folder.parent)]  # the folder's parent holds the package
-    elif served.app_dir is not None:
-        argv += ["--app-dir", str(folder / served.app_dir)]
-    if how:
-        log_path.write_text(f"taskhub: serving {app}: {how}\n", encoding="utf-8")
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=variables,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
+    process = spawn_server(
+        folder,
+        command,
+        port=port,
+        log_path=log_path,
+        max_sessions=max_sessions,
+        python=python,
+        env=env,
+    )
     logger.info("launched %s on port %d (pid %d)", folder.name, port, process.pid)
     return LocalServer(folder, port, process, log_path, scratch)
 
@@ -463,6 +433,7 @@ async def start_server(
     *,
     timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
     on_launch: Callable[[LocalServer], None] | None = None,
+    launched: LocalServer | None = None,
     **launch: Any,
 ) -> tuple[LocalServer, str]:
     """Launch the env in ``folder`` (``launch_server``) and wait until it answers.
@@ -475,15 +446,19 @@ async def start_server(
         folder: The env folder.
         timeout: The startup deadline (``wait_healthy``).
         on_launch: Called with each server launched, before it is healthy.
+        launched: A server of ``folder`` launched already: the first one waited for.
         launch: ``launch_server``'s other arguments.
 
     Returns:
         The healthy server, and the path that said so.
     """
     for attempt in range(1, PORT_ATTEMPTS + 1):
-        server = launch_server(folder, **launch)
-        if on_launch is not None:
-            on_launch(server)
+        if launched is not None:
+            server, launched = launched, None
+        else:
+            server = launch_server(folder, **launch)
+            if on_launch is not None:
+                on_launch(server)
         try:
             return server, await wait_healthy(http, server.url, timeout=timeout, server=server)
         except PortTaken as exc:
@@ -587,6 +562,10 @@ class EnvHandle:
     provider: str | None = None
     provider_options: dict[str, Any] = field(default_factory=dict)
     provided: list[ProvidedServer] = field(default_factory=list)
+    launched: list[LocalServer] = field(default_factory=list)
+    """Servers of a local env launched for this handle already (a Ray node's worker launches
+    them before it imports the runner): waited for instead of launching as many; stopped
+    with the others."""
 
     @classmethod
     def open(
@@ -601,11 +580,13 @@ class EnvHandle:
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
         provider: str | None = None,
         provider_options: dict[str, Any] | None = None,
+        launched: Sequence[LocalServer] = (),
     ) -> EnvHandle:
         """Resolve ``spec``; servers start when the handle is entered.
 
         With ``provider`` (``uv``, ``docker``, a hosted sandbox: see ``taskhub.env._providers``)
         OpenEnv's provider of that name starts the servers instead of taskhub's launcher.
+        ``launched`` are servers of the env launched already (``EnvHandle.launched``).
         """
         target: EnvTarget | ProviderTarget
         if provider is not None:
@@ -624,6 +605,7 @@ class EnvHandle:
             startup_timeout=startup_timeout,
             provider=provider,
             provider_options=dict(provider_options or {}),
+            launched=list(launched),
         )
 
     async def __aenter__(self) -> EnvHandle:
@@ -640,6 +622,9 @@ class EnvHandle:
     async def start(self) -> EnvInfo:
         """Launch local servers (if any), wait for health, probe the transport, read metadata."""
         target = self.target
+        if self.provider is not None or target.kind not in ("folder", "builtin"):
+            for server in self.launched:  # launched for a local env: not this one
+                server.stop()
         if self.provider is not None:
             from taskhub.env._providers import start_provided
 
@@ -657,13 +642,19 @@ class EnvHandle:
             urls = [s.url for s in self.provided]
         elif target.kind in ("folder", "builtin"):
             assert target.path is not None
+            # every server launched, these first: stop() ends them, whatever fails
+            launched = self.servers = list(self.launched)
             if target.kind == "builtin" and importlib.util.find_spec("openenv") is None:
                 raise EnvLaunchError(
                     f"built-in env {target.spec!r} needs the OpenEnv server library: "
                     "pip install 'taskhub-openenv[envs]'"
                 )
-            launched: list[LocalServer] = []
-            self.servers = launched  # every server launched: stop() ends them, whatever fails
+            path = target.path.resolve()
+            ours = [s for s in self.launched if s.folder.resolve() == path][: self.replicas]
+            for server in self.launched:
+                if server not in ours:  # another env's, or one too many
+                    server.stop()
+            early: list[LocalServer | None] = [*ours, *[None] * (self.replicas - len(ours))]
             started = await asyncio.gather(
                 *(
                     start_server(
@@ -671,10 +662,11 @@ class EnvHandle:
                         target.path,
                         timeout=self.startup_timeout,
                         on_launch=launched.append,
+                        launched=server,
                         max_sessions=self.max_sessions,
                         log_dir=self.log_dir,
                     )
-                    for _ in range(self.replicas)
+                    for server in early
                 )
             )
             self.servers = [server for server, _ in started]

@@ -28,7 +28,8 @@ from typing import Any, Literal
 from pydantic import JsonValue
 
 from taskhub._errors import EnvLaunchError
-from taskhub.env._launch import builtin_envs, free_port
+from taskhub.env._launch import builtin_envs
+from taskhub.env._spawn import free_port
 
 logger = logging.getLogger(__name__)
 

@@ -2,15 +2,19 @@
 
 Every (task, sample) is written once by the driver, whatever happens to the workers: a worker
 SIGKILLed mid-run hands its chunk back, a run that lost every worker resumes. The run begins
-with the first worker up; the other joins it when it is up.
+with the first worker up; the other joins it when it is up. Chunks shrink as the episodes run
+out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -28,6 +32,7 @@ from taskhub import (
     read_results,
     resume,
 )
+from taskhub._ray import CHUNK_SHARE, chunk_size
 from tests.servers import FakeEnv, observation
 from tests.taskhub.test_runner import stable, write_taskset
 
@@ -100,6 +105,11 @@ def test_a_ray_run_equals_a_plain_run(ray_cluster: Any, tmp_path: Path) -> None:
     nodes = manifest.executor.nodes
     assert 1 <= nodes <= 2 and len({w.node_id for w in executor.workers}) == nodes
     assert manifest.env is not None and len(manifest.env.urls) == nodes
+    # ... launched as soon as its actor was up, before it imported the runner
+    for worker in executor.workers:
+        phases = worker.phases
+        assert list(phases) == ["actor up", "env launched", "runner imported", "env up"]
+        assert sorted(phases.values()) == list(phases.values())
     assert manifest.config == read_manifest(plain.run_dir).config
     # how the model acted on the tool env is the workers' model's, as in a plain run
     plain_model = read_manifest(plain.run_dir).model
@@ -160,6 +170,7 @@ def test_a_worker_killed_mid_run_leaves_every_episode_exactly_once(
     assert len(keys) == len(set(keys)) == 60
     assert all(r.reward == 1.0 for r in read_results(run_dir))
     assert not executor.workers[0].alive and executor.workers[1].alive
+    assert all("env launched" in w.phases for w in executor.workers)  # an env folder
     # the worker that came up second joined the run: its node and its own server are named
     manifest = read_manifest(run_dir)
     assert manifest.executor is not None and manifest.executor.nodes == 2
@@ -182,6 +193,8 @@ def test_a_run_that_lost_every_worker_resumes_on_ray(
     # the other worker may come up later: it is killed as soon as it is
     _wait(lambda: len(executor.workers) == 2, "the second worker")
     os.kill(executor.workers[1].pid, signal.SIGKILL)
+    # an env at a URL is shared: no worker launches one
+    assert all("env launched" not in w.phases for w in executor.workers)
     thread.join(300)
     assert isinstance(out.get("error"), ExecutorError), out
     assert "every Ray worker was lost" in str(out["error"])
@@ -195,3 +208,75 @@ def test_a_run_that_lost_every_worker_resumes_on_ray(
     assert len(keys) == len(set(keys)) == 60
     assert {r.run_id for r in records} == {resumed.manifest.run_id}
     assert len(resumed.manifest.sessions) == 2
+
+
+def test_chunks_are_a_share_of_the_episodes_left() -> None:
+    # a quarter of each worker's share while many are left, the concurrency at the end
+    assert CHUNK_SHARE == 4
+    assert chunk_size(400, 1, 4) == 100
+    assert chunk_size(400, 2, 4) == 50
+    assert chunk_size(30, 2, 4) == 4
+    assert chunk_size(3, 1, 4) == 3  # never more than are left
+    assert chunk_size(10, 0, 2) == 3  # every worker lost, one starting again: as for one
+
+
+def test_a_run_is_carried_by_a_few_shrinking_chunks(ray_cluster: Any, tmp_path: Path) -> None:
+    config = EvalConfig(
+        model="scripted/oracle", taskset="arith", limit=50, samples=2, concurrency=4
+    )
+    executor = RayExecutor(ray_cluster.address, max_nodes=1)
+    run = evaluate(config, output_dir=tmp_path, executor=executor)
+    assert run.manifest.status == "completed"
+    keys = [r.key() for r in read_results(run.run_dir)]
+    assert len(keys) == len(set(keys)) == 100
+    (worker,) = executor.workers
+    expected, left = [], 100
+    while left:
+        expected.append(chunk_size(left, 1, 4))
+        left -= expected[-1]
+    assert worker.chunks == expected == [25, 19, 14, 11, 8, 6, 5, 4, 4, 4]
+    # with --fail-fast a failure stops the run within a chunk: chunks are the concurrency
+    fail_fast = config.model_copy(update={"fail_fast": True})
+    executor = RayExecutor(ray_cluster.address, max_nodes=1)
+    evaluate(fail_fast, output_dir=tmp_path, executor=executor)
+    assert executor.workers[0].chunks == [4] * 25
+
+
+def test_a_node_loads_its_worker_and_launches_its_env_without_taskhub(tmp_path: Path) -> None:
+    """The actor class travels by value: the node's env starts before taskhub is imported."""
+    from ray import cloudpickle
+
+    from taskhub._ray import node_worker
+    from taskhub._ray_node import EarlyLaunch
+    from taskhub.env import builtin_envs
+    from taskhub.env._launch import server_command
+
+    launch = EarlyLaunch(server_command(builtin_envs()["arith"]), builtin="arith", max_sessions=2)
+    script = """
+import asyncio, json, pickle, sys, time, urllib.request
+cls, launch = pickle.loads(sys.stdin.buffer.read())
+worker = cls(launch)
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "taskhub")
+((folder, port, process, log),) = worker.early
+deadline, status = time.monotonic() + 120, None
+while status is None and time.monotonic() < deadline:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as reply:
+            status = reply.status
+    except OSError:
+        time.sleep(0.1)
+asyncio.run(worker.stop())
+phases = list(worker.phases)
+print(json.dumps({"loaded": loaded, "status": status, "exit": process.poll(), "phases": phases}))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        input=cloudpickle.dumps((node_worker(), launch)),
+        capture_output=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    out = json.loads(result.stdout)
+    assert out["loaded"] == []  # not even taskhub's own package
+    assert out["status"] == 200 and out["exit"] is not None  # it served, and was stopped
+    assert out["phases"] == ["actor up", "env launched"]
