@@ -66,6 +66,7 @@ from taskhub._schema import (
     ModelInfo,
     RunManifest,
     RunStatus,
+    SamplingParams,
     Task,
 )
 from taskhub._taskset import Taskset, load_taskset
@@ -188,6 +189,14 @@ class _Plan:
     @property
     def n_planned(self) -> int:
         return len(self.tasks) * self.config.samples
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """An episode about to be played: how it starts, and how its model samples."""
+
+    episode: EpisodePlan
+    sampling: SamplingParams
 
 
 @dataclass(frozen=True)
@@ -646,21 +655,42 @@ class _Runner:
         overlap = not self.config.fail_fast
 
         async def worker() -> None:
+            loop = asyncio.get_running_loop()
             recording: asyncio.Task[None] | None = None
+            # The next episode is planned (seeds, episode id, payload) while this one's first
+            # request is in flight: a call scheduled now runs once the worker waits for the env.
+            ahead: list[tuple[Task, int] | _Planned] = []
+
+            def plan_ahead() -> None:
+                item = next(items, None)
+                if item is not None:
+                    try:
+                        ahead.append(self._planned(*item))
+                    except Exception:  # planned again in the worker, where it raises
+                        ahead.append(item)
+
             try:
-                for task, sample in items:
+                item: tuple[Task, int] | _Planned | None = next(items, None)
+                while item is not None:
                     if self.stop_reason:
                         return
-                    played = await self._play(task, sample)
+                    planned = item if isinstance(item, _Planned) else self._planned(*item)
+                    scheduled = loop.call_soon(plan_ahead)
+                    played = await self._play(planned)
                     if recording is not None:
                         await recording
                         recording = None
                     if played is None:
+                        scheduled.cancel()
                         return
                     if overlap:
                         recording = group.create_task(self._finish(played))
                     else:
                         await self._finish(played)
+                    if not scheduled.cancelled() and not ahead:
+                        scheduled.cancel()  # it never ran (the episode never waited)
+                        plan_ahead()
+                    item = ahead.pop() if ahead else None
             finally:
                 if recording is not None:
                     await recording
@@ -675,7 +705,7 @@ class _Runner:
 
     async def _episode(self, task: Task, sample: int) -> EpisodeRecord | None:
         """Play an episode and score it; None when the run must stop (bad key)."""
-        played = await self._play(task, sample)
+        played = await self._play(self._planned(task, sample))
         return None if played is None else await self._score(played)
 
     async def _score(self, played: _Played) -> EpisodeRecord:
@@ -694,15 +724,14 @@ class _Runner:
             success_threshold=plan.success_threshold,
         )
 
-    async def _play(self, task: Task, sample: int) -> _Played | None:
-        """Play an episode, retrying infra errors; None when the run must stop (bad key)."""
+    def _planned(self, task: Task, sample: int) -> _Planned:
+        """How an episode of ``task`` starts: its plan and its sampling parameters."""
         config, plan = self.config, self.plan
-        assert self.pool is not None and self.model is not None
         hashes = plan.task_hashes
         task_hash = hashes.get(task.task_id)
         if task_hash is None:  # once per task, however many samples it has
             task_hash = hashes[task.task_id] = plan.taskset.content_hash(task)
-            if len(hashes) > 4 * config.concurrency:  # samples of a task run close together
+            if len(hashes) > 4 * config.concurrency + 4:  # samples of a task run close together
                 del hashes[next(iter(hashes))]
         episode = plan_episode(
             task,
@@ -714,6 +743,14 @@ class _Runner:
             task_hash=task_hash,
         )
         sampling = config.sampling.model_copy(update={"seed": episode.model_seed})
+        return _Planned(episode, sampling)
+
+    async def _play(self, planned: _Planned) -> _Played | None:
+        """Play an episode, retrying infra errors; None when the run must stop (bad key)."""
+        config, plan = self.config, self.plan
+        assert self.pool is not None and self.model is not None
+        episode, sampling = planned.episode, planned.sampling
+        task, sample = episode.task, episode.sample
         attempts = 0
         capacity_deadline = time.monotonic() + CAPACITY_WAIT_S
         capacity_delay = 0.1

@@ -21,6 +21,7 @@ from typing import Any
 
 import jsonschema
 
+from taskhub._actions import Checker
 from taskhub._errors import AgentFormatError
 from taskhub._schema import ToolCall, ToolSpec
 
@@ -67,30 +68,20 @@ def _safe(node: Any, depth: int = 0) -> Any:
     return node
 
 
-def _compile(schema: dict[str, Any]) -> jsonschema.Draft202012Validator | None:
+def _compile(schema: dict[str, Any]) -> Checker | None:
     # Every run of an env compiles the same schemas: checking one costs milliseconds, more
     # than a short run's episodes, so the checked validators are kept by the schema's text.
     return _compile_text(json.dumps(_safe(schema), sort_keys=True))
 
 
 @functools.lru_cache(maxsize=256)
-def _compile_text(text: str) -> jsonschema.Draft202012Validator | None:
+def _compile_text(text: str) -> Checker | None:
     safe = json.loads(text)
     try:
         jsonschema.Draft202012Validator.check_schema(safe)
     except jsonschema.SchemaError:
         return None  # a schema the client cannot use: the env's own validation decides
-    return jsonschema.Draft202012Validator(safe)
-
-
-def _schema_error(validator: jsonschema.Draft202012Validator | None, value: Any) -> str | None:
-    if validator is None or validator.is_valid(value):
-        return None
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path)
-    return f"{where + ': ' if where else ''}{error.message}"
+    return Checker.of(safe)
 
 
 def _clip(text: str, size: int = 200) -> str:
@@ -113,9 +104,7 @@ class Toolbox:
     tools: tuple[ToolSpec, ...] | None
     action_schema: dict[str, Any] | None
     _env_names: dict[str, str] = field(default_factory=dict, repr=False)
-    _validators: dict[str, jsonschema.Draft202012Validator | None] = field(
-        default_factory=dict, repr=False
-    )
+    _validators: dict[str, Checker | None] = field(default_factory=dict, repr=False)
     _text_schema: dict[str, Any] | None = field(default=None, repr=False)
 
     @classmethod
@@ -184,7 +173,8 @@ class Toolbox:
                 f"{_clip(call.arguments_text)!r}",
                 reply=call.arguments_text,
             )
-        error = _schema_error(self._validators.get(call.name), call.arguments)
+        checker = self._validators.get(call.name)
+        error = checker.error(call.arguments) if checker is not None else None
         if error is not None:
             raise AgentFormatError(
                 f"the arguments of {call.name} do not match its schema: {error}",

@@ -18,8 +18,6 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import httpx
@@ -148,32 +146,19 @@ class SessionPool:
         candidates = [e for e in self.endpoints if e.has_room()]
         return min(candidates, key=lambda e: e.in_use) if candidates else None
 
-    @asynccontextmanager
-    async def session(self) -> AsyncIterator[PooledSession]:
+    def session(self) -> _Lease:
         """Hand out a session on the least busy server that has room, waiting for one.
 
-        An idle session of that server is reused when there is one, else a new one is opened
-        (it connects on its first request). On exit the session is parked for the next episode
-        when the block ended normally or with an agent or model error, and closed otherwise.
-        A ``CAPACITY_REACHED`` raised in the block lowers the server's learnt limit.
+        Use it as ``async with pool.session() as pooled``. An idle session of that server is
+        reused when there is one, else a new one is opened (it connects on its first request).
+        On exit the session is parked for the next episode when the block ended normally or
+        with an agent or model error, and closed otherwise. A ``CAPACITY_REACHED`` raised in
+        the block lowers the server's learnt limit.
 
         Raises:
             RuntimeError: The pool is closed.
         """
-        pooled = await self._acquire()
-        try:
-            yield pooled
-        except EnvCapacityError:
-            self._at_capacity(pooled._endpoint)
-            await self._release(pooled, keep=False, served=False)
-            raise
-        except _SESSION_SOUND_AFTER:
-            await self._release(pooled, keep=True)
-            raise
-        except BaseException:
-            await self._release(pooled, keep=False)
-            raise
-        await self._release(pooled, keep=True)
+        return _Lease(self)
 
     async def _acquire(self) -> PooledSession:
         while True:
@@ -300,3 +285,28 @@ class SessionPool:
         self._wake()
         closing = [client.close() for client in parked]
         await asyncio.gather(*closing, *self._closing, return_exceptions=True)
+
+
+class _Lease:
+    """One ``SessionPool.session()`` block (a class: it runs once per episode)."""
+
+    __slots__ = ("pool", "pooled")
+
+    def __init__(self, pool: SessionPool) -> None:
+        self.pool = pool
+        self.pooled: PooledSession | None = None
+
+    async def __aenter__(self) -> PooledSession:
+        self.pooled = await self.pool._acquire()
+        return self.pooled
+
+    async def __aexit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        pool, pooled = self.pool, self.pooled
+        assert pooled is not None
+        if kind is None:
+            await pool._release(pooled, keep=True)
+        elif issubclass(kind, EnvCapacityError):
+            pool._at_capacity(pooled._endpoint)
+            await pool._release(pooled, keep=False, served=False)
+        else:
+            await pool._release(pooled, keep=issubclass(kind, _SESSION_SOUND_AFTER))
