@@ -323,6 +323,15 @@ def _message(role: str, content: Any, tool_call_id: str | None = None) -> ChatMe
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 
+def _calling(content: Any, calls: list[ToolCall]) -> ChatMessage:
+    """The assistant message that makes ``calls`` (built as ``_message`` builds one)."""
+    if type(content) is str and all(type(call) is ToolCall for call in calls):
+        return trusted(
+            ChatMessage, role="assistant", content=content, tool_calls=calls, tool_call_id=None
+        )
+    return ChatMessage(role="assistant", content=content, tool_calls=calls)
+
+
 async def _step(session: EnvSession, action: dict[str, Any], prompts: _Prompts) -> StepResult:
     """Send ``action``; pending prompts are rendered while the env works on it."""
     if not prompts.pending:
@@ -707,9 +716,7 @@ class _Reader:
                     c if c.id else c.model_copy(update={"id": f"call_{context.step}_{n}"})
                     for n, c in enumerate(generation.tool_calls)
                 ]
-                trace.messages.append(
-                    ChatMessage(role="assistant", content=generation.text, tool_calls=calls)
-                )
+                trace.messages.append(_calling(generation.text, calls))
                 reply = generation.text or json.dumps(
                     [{"tool_name": c.name, "arguments": c.arguments} for c in calls]
                 )

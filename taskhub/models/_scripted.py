@@ -18,7 +18,7 @@ from typing import Any
 
 from taskhub._errors import ConfigError, ModelError
 from taskhub._registry import model_backend
-from taskhub._schema import JsonObject, ToolCall, ToolSpec, Usage
+from taskhub._schema import JsonObject, ToolCall, ToolSpec, Usage, trusted
 from taskhub._tools import CALL_TOOL, STEP_FUNCTION, function_name
 from taskhub.models._base import GenerateRequest, Generation, ModelOptions, TurnContext
 
@@ -123,11 +123,14 @@ def _as_call(action: dict[str, Any], functions: Sequence[ToolSpec], ctx: TurnCon
     if action.get("type", CALL_TOOL) == CALL_TOOL and "tool_name" in action:
         name = function_name(str(action["tool_name"]))
         arguments = action.get("arguments")
-        return ToolCall(
-            name=name, arguments=dict(arguments) if isinstance(arguments, dict) else {}, id=call_id
-        )
+        return _call(name, dict(arguments) if isinstance(arguments, dict) else {}, call_id)
     name = functions[0].name if len(functions) == 1 else STEP_FUNCTION
-    return ToolCall(name=name, arguments=dict(action), id=call_id)
+    return _call(name, dict(action), call_id)
+
+
+def _call(name: str, arguments: dict[str, Any], call_id: str) -> ToolCall:
+    # the arguments are a task row's action or the policy's own draw: JSON already
+    return trusted(ToolCall, name=name, arguments=arguments, id=call_id, arguments_text=None)
 
 
 class OraclePolicy(_Scripted):
