@@ -193,3 +193,24 @@ def corpus_batch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "submissions": submissions,
         "config": config,
     }
+
+
+def pin_installed(requirements: Path) -> None:
+    """Pin ``requirements``' ``name==version`` lines to the versions installed here.
+
+    An offline isolated install (``--isolated-venv`` with ``offline=True``) can only use the
+    packages of this environment; the corpus envs pin the versions that were current when they
+    were written, and a fresh install of the test extra takes newer ones.
+    """
+    import importlib.metadata
+
+    lines = []
+    for line in requirements.read_text().splitlines():
+        name, sep, _ = line.partition("==")
+        if sep:
+            try:
+                line = f"{name}=={importlib.metadata.version(name.strip())}"
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        lines.append(line)
+    requirements.write_text("\n".join(lines) + "\n")

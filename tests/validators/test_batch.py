@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from taskhub import ConfigError, ValidationReport
-from tests.validators.conftest import ENVS, FAST, QUIZ
+from tests.validators.conftest import ENVS, FAST, QUIZ, pin_installed
 
 #: Short batch runs: a static check, and one that needs the launched server.
 QUICK = {**FAST, "checks": ["static.layout", "protocol.health"]}
@@ -231,6 +231,7 @@ def test_isolated_installs_log_pip_share_a_wheel_cache_and_have_their_own_time_l
     ):
         shutil.copytree(root / "good", root / name)
         requirements = root / name / "server" / "requirements.txt"
+        pin_installed(requirements)
         requirements.write_text(requirements.read_text() + requirement + "\n")
     out = tmp_path / "out"
     config = BatchConfig(

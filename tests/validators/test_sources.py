@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.validators.conftest import ENVS, FAST, QUIZ
+from tests.validators.conftest import ENVS, FAST, QUIZ, pin_installed
 
 GIT = [
     "git",
@@ -110,6 +110,7 @@ def helper_env(root: Path, version: str) -> Path:
     """The good env plus a vendored package that only its own requirements provide."""
     folder = root / f"helper_v{version[0]}"
     shutil.copytree(ENVS / "good", folder)
+    pin_installed(folder / "server" / "requirements.txt")
     package = folder / "vendor" / "helperlib"
     (package / "helperlib").mkdir(parents=True)
     (package / "helperlib" / "__init__.py").write_text(f'VERSION = "{version}"\n')
