@@ -158,16 +158,21 @@ def test_duplicate_ids_are_named_with_both_rows(tmp_path: Path) -> None:
         load_taskset(str(tmp_path))
 
 
-def bulk_equals_slow(path: Path, rows: list[dict]) -> list[Task]:
+def same_as_slow(bulk: TaskRows | None, split: str, path: Path) -> tuple[Task, ...]:
+    """``bulk`` (a bulk reader's rows of ``path``) holds the tasks and hashes that ``Task``
+    validation gives; returns those tasks."""
+    assert bulk is not None
+    expected = slow(split, [path])
+    assert list(bulk) == list(expected)
+    assert bulk.content_hashes() == [t.content_hash() for t in expected]
+    return expected
+
+
+def bulk_equals_slow(path: Path, rows: list[dict]) -> tuple[Task, ...]:
     """Write ``rows`` as parquet at ``path``: the bulk reader gives the ``Task`` path's rows and
     hashes. Returns those tasks."""
     pq.write_table(pa.Table.from_pylist(rows), path)
-    fast = parquet_rows("train", [path])
-    assert fast is not None
-    expected = slow("train", [path])
-    assert list(fast) == list(expected)
-    assert fast.content_hashes() == [t.content_hash() for t in expected]
-    return expected
+    return same_as_slow(parquet_rows("train", [path]), "train", path)
 
 
 @pytest.mark.parametrize(
@@ -288,11 +293,7 @@ def test_tricky_json_lines_rows_hash_as_task_validation_hashes_them(
 ) -> None:
     path = tmp_path / "test.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=ascii_only) + "\n" for r in TRICKY))
-    rows = jsonl_rows("test", [path])
-    assert rows is not None
-    expected = slow("test", [path])
-    assert rows.content_hashes() == [t.content_hash() for t in expected]
-    assert list(rows) == list(expected)
+    same_as_slow(jsonl_rows("test", [path]), "test", path)
 
 
 def test_a_file_of_many_chunks_and_shapes_hashes_as_task_validation(tmp_path: Path) -> None:
@@ -487,11 +488,7 @@ def tricky_table() -> pa.Table:
 def test_tricky_parquet_rows_hash_as_task_validation_hashes_them(tmp_path: Path) -> None:
     path = tmp_path / "train.parquet"
     pq.write_table(tricky_table(), path)
-    fast = parquet_rows("train", [path])
-    assert fast is not None
-    expected = slow("train", [path])
-    assert fast.content_hashes() == [t.content_hash() for t in expected]
-    assert list(fast) == list(expected)
+    same_as_slow(parquet_rows("train", [path]), "train", path)
 
 
 def test_the_column_wise_text_of_a_slice_is_the_text_of_its_rows(tmp_path: Path) -> None:
