@@ -280,22 +280,25 @@ class _Prompts:
         """
         pending, self._pending = self._pending, []
         messages = self.trace.messages
+        rendered = 0
+        empty: list[int] = []  # an empty system prompt's slot: it adds nothing
         try:
             for slot, role, which, shown, call_id in pending:
                 content = await self._render(which, shown)
+                if role == "system" and not content:
+                    empty.append(slot)
                 messages[slot] = _message(role, content, call_id)
+                rendered += 1
         finally:
-            if any(m is _PENDING for m in messages):
+            if rendered < len(pending):
                 # a failed (or cancelled) render: what came after it in the episode never was
-                first = next(i for i, m in enumerate(messages) if m is _PENDING)
-                del messages[first:]
+                del messages[pending[rendered][0] :]
                 if self._spent is not None:
                     trace = self.trace
                     counts, trace.model_time_s, trace.queue_time_s = self._spent
                     trace.usage.restore(counts)
             self._spent = None
-            empty = [i for i, m in enumerate(messages) if m.role == "system" and not m.content]
-            for index in reversed(empty):
+            for index in reversed(empty):  # once every slot is filled: no slot left to move
                 del messages[index]
 
     async def _render(self, which: str, shown: Callable[[], dict[str, Any]]) -> str:

@@ -687,8 +687,8 @@ class _Runner:
                         recording = group.create_task(self._finish(played))
                     else:
                         await self._finish(played)
-                    if not scheduled.cancelled() and not ahead:
-                        scheduled.cancel()  # it never ran (the episode never waited)
+                    if not ahead:  # it did not run (the episode never waited), or found none
+                        scheduled.cancel()
                         plan_ahead()
                     item = ahead.pop() if ahead else None
             finally:
