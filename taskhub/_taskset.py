@@ -500,10 +500,9 @@ def _load_env(url: str) -> Taskset:
     if not splits:
         raise TasksetNotFound(f"{url} serves the Task API but lists no tasks")
     card = TasksetCard(name=name, env=url, description=f"The tasks {url} serves (Task API).")
-    ref = TasksetRef(
-        source=url, kind="env", name=name, fingerprint=_fingerprint(splits, _split_hashes(splits))
-    )
-    return Taskset(ref, card, splits)
+    hashes = _split_hashes(splits)
+    ref = TasksetRef(source=url, kind="env", name=name, fingerprint=_fingerprint(splits, hashes))
+    return Taskset(ref, card, splits, None, _known_hashes(splits, hashes))
 
 
 def _load_file(path: Path, source: str) -> Taskset:
