@@ -445,6 +445,9 @@ class _Runner:
                 provider=config.env_provider,
                 provider_options=config.env_provider_options,
                 launched=launched,
+                # the probe's session serves the first episode (a new session can cost as
+                # much as a sandbox); --fresh-session wants every episode on a new one
+                keep_session=not config.fresh_session,
             )
             async with handle:
                 assert handle.info is not None
@@ -461,6 +464,7 @@ class _Runner:
                     reuse=not config.fresh_session,
                 )
                 async with self.pool:
+                    await self.pool.adopt(handle.take_session())
                     yield
         finally:
             await self.model.aclose()

@@ -164,6 +164,8 @@ class FakeEnv:
         self.active = 0
         self.max_active = 0
         self.sessions_opened = 0
+        self.handshakes: list[dict[str, str]] = []
+        """The headers of every WebSocket handshake, in order."""
         self.frames: list[dict[str, Any]] = []
         self._http_session = Session(self)
         routes: list[Any] = [
@@ -252,6 +254,7 @@ class FakeEnv:
         await websocket.accept()
         session = Session(self)
         self.sessions_opened += 1
+        self.handshakes.append(dict(websocket.headers))
         if self.capacity is not None and self.active >= self.capacity:
             await websocket.send_text(json.dumps(error("CAPACITY_REACHED", "server full")))
             await websocket.close()

@@ -240,6 +240,11 @@ class EnvClient:
         self.last_latency_s = 0.0
 
     @property
+    def headers(self) -> dict[str, str]:
+        """The handshake headers (a copy)."""
+        return dict(self._headers)
+
+    @property
     def is_open(self) -> bool:
         """Whether the session is connected and the server has not closed it."""
         return self._ws is not None and self._ws.state is State.OPEN

@@ -477,7 +477,11 @@ PROBE_RESET_TIMEOUT_S = 5.0
 
 
 async def probe_wire(
-    http: httpx.AsyncClient, base_url: str, *, timeout: float = 15.0
+    http: httpx.AsyncClient,
+    base_url: str,
+    *,
+    timeout: float = 15.0,
+    headers: dict[str, str] | None = None,
 ) -> tuple[Transport, HttpDialect | None]:
     """Find how a server plays episodes: ``/ws``, else HTTP in the dialect it speaks.
 
@@ -486,32 +490,61 @@ async def probe_wire(
     passed over for HTTP. The HTTP dialect (paths, action wrapping, reset keys) is read from
     ``/openapi.json``; a server without one gets OpenEnv's when ``POST /reset`` exists.
 
+    Args:
+        http: HTTP client.
+        base_url: The server.
+        timeout: Deadline of the handshake and of the HTTP reads, seconds.
+        headers: WebSocket handshake headers (a private Space's token).
+
     Returns:
         ``("ws", None)`` or ``("http", dialect)``.
 
     Raises:
         EnvConnectError: The server has neither (the message says what each answered).
     """
-    client = EnvClient(base_url, connect_timeout=timeout, timeout=PROBE_RESET_TIMEOUT_S)
+    transport, dialect, session = await _probe(http, base_url, timeout=timeout, headers=headers)
+    if session is not None:
+        await session.close()
+    return transport, dialect
+
+
+async def _probe(
+    http: httpx.AsyncClient,
+    base_url: str,
+    *,
+    timeout: float = 15.0,
+    headers: dict[str, str] | None = None,
+) -> tuple[Transport, HttpDialect | None, EnvClient | None]:
+    """``probe_wire``, and the WebSocket session it opened.
+
+    The session is given when it answered the probe's reset and is still open; the caller
+    closes it, or plays on it.
+    """
+    client = EnvClient(
+        base_url, connect_timeout=timeout, timeout=PROBE_RESET_TIMEOUT_S, headers=headers
+    )
+    kept: EnvClient | None = None
     ws_problem: str
     try:
         await client.connect()
         await client.reset()
-        return "ws", None
+        kept = client
+        return "ws", None, client
     except EnvConnectError as exc:
         if exc.code not in ("404", "403", "405"):
             raise
         ws_problem = f"has no WebSocket /ws (HTTP {exc.code})"
     except EnvCapacityError:
-        return "ws", None
+        return "ws", None, None
     except EnvProtocolError as exc:
         if exc.code is not None:  # an OpenEnv error frame: the protocol works
-            return "ws", None
+            return "ws", None, None
         ws_problem = f"speaks another protocol on /ws ({exc})"
     except EnvError as exc:
         ws_problem = f"/ws did not answer a reset frame ({type(exc).__name__}: {exc})"
     finally:
-        await client.close()
+        if kept is None:
+            await client.close()
     http_base = split_base_url(base_url)[0]
     try:
         spec = await fetch_json(http, http_base, "/openapi.json", timeout=timeout)
@@ -520,7 +553,7 @@ async def probe_wire(
     learnt = learn_http_dialect(spec)
     if learnt is not None:
         logger.warning("%s %s: playing over HTTP, one episode at a time", base_url, ws_problem)
-        return "http", learnt[0]
+        return "http", learnt[0], None
     raise EnvConnectError(
         f"{base_url} {ws_problem} and no POST /reset + /step in /openapi.json: it does not "
         "serve the OpenEnv protocol",
@@ -566,6 +599,10 @@ class EnvHandle:
     """Servers of a local env launched for this handle already (a Ray node's worker launches
     them before it imports the runner): waited for instead of launching as many; stopped
     with the others."""
+    keep_session: bool = False
+    """Keep the WebSocket session the transport probe opened (and tool discovery used) for
+    ``take_session``; closed at the end of ``start`` otherwise."""
+    _session: EnvClient | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def open(
@@ -581,12 +618,14 @@ class EnvHandle:
         provider: str | None = None,
         provider_options: dict[str, Any] | None = None,
         launched: Sequence[LocalServer] = (),
+        keep_session: bool = False,
     ) -> EnvHandle:
         """Resolve ``spec``; servers start when the handle is entered.
 
         With ``provider`` (``uv``, ``docker``, a hosted sandbox: see ``taskhub.env._providers``)
         OpenEnv's provider of that name starts the servers instead of taskhub's launcher.
         ``launched`` are servers of the env launched already (``EnvHandle.launched``).
+        ``keep_session`` keeps the session the probe opened for ``take_session``.
         """
         target: EnvTarget | ProviderTarget
         if provider is not None:
@@ -606,18 +645,35 @@ class EnvHandle:
             provider=provider,
             provider_options=dict(provider_options or {}),
             launched=list(launched),
+            keep_session=keep_session,
         )
 
     async def __aenter__(self) -> EnvHandle:
         try:
             await self.start()
         except BaseException:
+            await self._close_session()
             self.stop()
             raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        await self._close_session()
         self.stop()
+
+    def take_session(self) -> EnvClient | None:
+        """The open WebSocket session the probe reset once (on ``info.urls[0]``).
+
+        The caller plays on it and closes it. None when none was kept (no ``keep_session``,
+        an HTTP server, a probe that ended in an error frame), or it was taken already.
+        """
+        session, self._session = self._session, None
+        return session
+
+    async def _close_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await asyncio.shield(session.close())
 
     async def start(self) -> EnvInfo:
         """Launch local servers (if any), wait for health, probe the transport, read metadata."""
@@ -680,14 +736,18 @@ class EnvHandle:
             _optional_json(self.http, urls[0], "/schema"),
         )
         try:
-            transport, dialect = await probe_wire(self.http, urls[0])
+            transport, dialect, self._session = await _probe(
+                self.http, urls[0], headers=self.headers
+            )
         finally:
             metadata, schema = await reads
         action_schema = schema.get("action") if isinstance(schema, dict) else None
         action_schema = action_schema if isinstance(action_schema, dict) else None
         tools, discovery = await _tools_of(
-            self.http, urls[0], transport, action_schema, self.headers
+            self.http, urls[0], transport, action_schema, self.headers, self._session
         )
+        if not self.keep_session:
+            await self._close_session()
         self.info = EnvInfo(
             spec=target.spec,
             kind=target.kind,
@@ -719,12 +779,13 @@ async def _tools_of(
     transport: Transport,
     action_schema: dict[str, Any] | None,
     headers: dict[str, str],
+    session: EnvClient | None = None,
 ) -> tuple[list[ToolSpec] | None, ToolDiscovery | None]:
     """A tool env's tools (None for other envs, and for a tool env that lists none)."""
     if not is_tool_env(action_schema):
         return None, None
     try:
-        return await discover_tools(http, url, transport, headers=headers)
+        return await discover_tools(http, url, transport, headers=headers, session=session)
     except EnvError as exc:
         logger.warning("%s: %s; its actions are offered by their schema alone", url, exc)
         return None, None

@@ -196,6 +196,38 @@ class SessionPool:
         )
         return PooledSession(session, endpoint.url, False, endpoint)
 
+    async def adopt(self, client: EnvClient | None) -> bool:
+        """Park ``client`` for the next episode: an open session opened elsewhere (the probe's).
+
+        It is closed instead when the pool would not park a session of its own like it: no
+        reuse, no room on its server, another frame limit or other headers, or closed.
+
+        Returns:
+            Whether it was parked.
+        """
+        if client is None:
+            return False
+        endpoint = next((e for e in self.endpoints if e.url == client.base_url), None)
+        fits = (
+            endpoint is not None
+            and self.reuse
+            and not self._closed
+            and client.is_open
+            and client.max_frame_bytes == self._max_frame_bytes
+            and client.headers == self._headers
+            and (endpoint.limit is None or endpoint.open < endpoint.limit)
+        )
+        if not fits:
+            await asyncio.shield(client.close())
+            return False
+        assert endpoint is not None
+        client.timeout = self._timeout
+        endpoint.idle.append((client, time.monotonic()))
+        if self._reaper is None:
+            self._schedule_reaper(self.idle_timeout)
+        self._wake()
+        return True
+
     def _wake(self) -> None:
         """Let every waiter look again for a server with room."""
         while self._waiters:

@@ -18,7 +18,7 @@ import httpx
 
 from taskhub._errors import EnvError, EnvProtocolError
 from taskhub._schema import ToolSpec
-from taskhub.env._client import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT_S, Transport
+from taskhub.env._client import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT_S, EnvSession, Transport
 from taskhub.env._session import open_session
 
 logger = logging.getLogger(__name__)
@@ -87,6 +87,7 @@ async def discover_tools(
     headers: dict[str, str] | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    session: EnvSession | None = None,
 ) -> tuple[list[ToolSpec], ToolDiscovery]:
     """List a tool env's tools: a ``list_tools`` step on a session, else ``POST /mcp``.
 
@@ -97,6 +98,8 @@ async def discover_tools(
         headers: WebSocket handshake headers.
         timeout: Deadline of each request, seconds.
         max_frame_bytes: Largest reply accepted.
+        session: An open session on ``url`` to list them on (left open) instead of a new one
+            (closed after).
 
     Returns:
         The tools, and how they were listed.
@@ -104,14 +107,16 @@ async def discover_tools(
     Raises:
         EnvProtocolError: Neither way lists any tool (both failures are named).
     """
-    session = open_session(
-        url,
-        transport,
-        http=http,
-        timeout=timeout,
-        max_frame_bytes=max_frame_bytes,
-        headers=headers,
-    )
+    own = session is None
+    if session is None:
+        session = open_session(
+            url,
+            transport,
+            http=http,
+            timeout=timeout,
+            max_frame_bytes=max_frame_bytes,
+            headers=headers,
+        )
     try:
         result = await session.step({"type": "list_tools"})
         listed = result.observation.get("tools")
@@ -123,7 +128,8 @@ async def discover_tools(
     except EnvError as exc:
         step_problem = f"the list_tools step failed: {exc}"
     finally:
-        await session.close()
+        if own:
+            await session.close()
     logger.info("%s: %s; trying POST /mcp", url, step_problem)
     try:
         return await _mcp_tools(http, url, timeout=timeout, max_bytes=max_frame_bytes), "mcp"

@@ -19,6 +19,7 @@ from taskhub import (
 )
 from taskhub.env import (
     EnvClient,
+    EnvHandle,
     HttpEnvSession,
     launch_server,
     probe_transport,
@@ -195,6 +196,39 @@ async def test_ws_server_is_probed_as_ws() -> None:
     with FakeEnv() as env:
         async with httpx.AsyncClient() as http:
             assert await probe_transport(http, env.url) == "ws"
+
+
+@pytest.mark.parametrize("keep", [True, False])
+async def test_the_probe_shakes_hands_with_the_env_headers_and_its_session_can_be_kept(
+    keep: bool,
+) -> None:
+    token = {"authorization": "Bearer hf_private"}  # a private Space's handshake
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http:
+            async with EnvHandle.open(
+                env.url, http=http, headers=token, keep_session=keep
+            ) as handle:
+                assert env.handshakes[0]["authorization"] == "Bearer hf_private"
+                session = handle.take_session()
+                assert (session is not None) is keep
+                if session is not None:  # open, reset once by the probe: it plays on
+                    assert session.is_open and session.headers == token
+                    assert (await session.reset(seed=4)).observation["question"] == "say 4"
+                    await session.close()
+                assert handle.take_session() is None
+            assert env.sessions_opened == 1
+
+
+async def test_a_kept_probe_session_nobody_took_closes_with_the_handle() -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http:
+            async with EnvHandle.open(env.url, http=http, keep_session=True):
+                assert env.active == 1
+            for _ in range(100):  # the server sees the close a moment after it is sent
+                if env.active == 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert env.active == 0 and env.frames[-1] == {"type": "close"}
 
 
 async def test_slow_env_does_not_block_other_sessions() -> None:

@@ -169,6 +169,45 @@ async def test_a_closed_pool_hands_out_nothing() -> None:
                     pass
 
 
+async def test_an_adopted_session_serves_the_next_episode() -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http) as pool:
+            client = EnvClient(env.url, max_frame_bytes=1 << 20)
+            await client.reset(seed=7)
+            assert await pool.adopt(client) and pool.idle_sessions == 1
+            assert client.timeout == 2.0  # the pool's deadline, not the opener's
+            assert [await _play(pool, seed) for seed in range(2)] == [True, True]
+            assert env.sessions_opened == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "frame_limit"),
+    [
+        ({"reuse": False}, 1 << 20),  # --fresh-session: never played on
+        ({}, 1 << 21),  # another frame limit than the pool's sessions get
+        ({"limit": 1}, 1 << 20),  # no room: the pool's own session holds the one slot
+    ],
+    ids=["no-reuse", "frame-limit", "no-room"],
+)
+async def test_a_session_the_pool_would_not_park_is_closed_not_adopted(
+    options: dict, frame_limit: int
+) -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http, **options) as pool:
+            if "limit" in options:
+                async with pool.session() as pooled:
+                    await pooled.session.reset(seed=1)
+                    client = EnvClient(env.url, max_frame_bytes=frame_limit)
+                    await client.reset(seed=7)
+                    assert not await pool.adopt(client)
+            else:
+                client = EnvClient(env.url, max_frame_bytes=frame_limit)
+                await client.reset(seed=7)
+                assert not await pool.adopt(client)
+            assert not client.is_open and pool.idle_sessions == (1 if "limit" in options else 0)
+        assert not await pool.adopt(None)
+
+
 # --- the runner -------------------------------------------------------------------------------
 
 
@@ -180,7 +219,8 @@ def test_the_runner_reuses_sessions_and_closes_them_at_the_end(tmp_path: Path) -
             output_dir=tmp_path / "reuse",
         )
         assert result.summary.mean_reward == 1.0
-        assert env.sessions_opened <= 3 + 1  # + the transport probe
+        # the transport probe's session is one of the three: it plays episodes too
+        assert env.sessions_opened <= 3
         assert asyncio.run(_wait_for(lambda: env.active == 0))
         opened = env.sessions_opened
         evaluate(
@@ -193,7 +233,7 @@ def test_the_runner_reuses_sessions_and_closes_them_at_the_end(tmp_path: Path) -
             ),
             output_dir=tmp_path / "fresh",
         )
-        assert env.sessions_opened - opened == 12 + 1
+        assert env.sessions_opened - opened == 12 + 1  # the probe's is closed, not played on
 
 
 def test_an_episode_that_ended_in_an_env_error_does_not_pass_its_session_on(
@@ -217,8 +257,8 @@ def test_an_episode_that_ended_in_an_env_error_does_not_pass_its_session_on(
             ),
             output_dir=tmp_path,
         )
-        # probe; t000 + t001 on one session; t001 fails and closes it; t002 + t003 on a new one
-        assert env.sessions_opened == 1 + 2
+        # t000 + t001 on the probe's session; t001 fails and closes it; t002 + t003 on a new one
+        assert env.sessions_opened == 2
     outcomes = {r.task_id: r.outcome for r in read_results(result.run_dir)}
     assert outcomes == {"t000": "scored", "t001": "infra_error", "t002": "scored", "t003": "scored"}
 

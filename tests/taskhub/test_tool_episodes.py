@@ -183,6 +183,28 @@ def tool_env_step(session: Session, data: dict) -> Any:
     )
 
 
+@pytest.mark.parametrize("fresh", [False, True])
+def test_a_tool_run_plays_on_the_session_its_probe_opened(tmp_path: Path, fresh: bool) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"task_id": "a", "reset": {"seed": 1}}\n{"task_id": "b", "reset": {}}\n')
+    with FakeEnv(on_step=tool_env_step, action_schema=TOOL_ACTION) as env:
+        _, records = run(
+            tmp_path,
+            model="scripted/random",
+            taskset=str(tasks),
+            env=env.url,
+            concurrency=1,
+            fresh_session=fresh,
+        )
+        kinds = [f["type"] if f["type"] != "step" else f["data"].get("type") for f in env.frames]
+    assert [r.outcome for r in records] == ["scored", "scored"]
+    # the probe's reset, then the tools listed on the same session
+    assert kinds[:2] == ["reset", "list_tools"]
+    # one session for the probe, the listing and both episodes; with --fresh-session the probe's
+    # is closed and each episode gets its own
+    assert env.sessions_opened == (3 if fresh else 1)
+
+
 def test_null_step_rewards_stay_null(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"task_id": "a", "reset": {"seed": 1}}\n')
