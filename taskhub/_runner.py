@@ -657,6 +657,9 @@ class _Runner:
         # of its worker, whose requests wait on the env meanwhile; one record in the making per
         # worker at most. --fail-fast records inline: it decides on the outcome before going on.
         overlap = not self.config.fail_fast
+        # episodes planned ahead and not started yet, over every worker: each may want a
+        # parked session; the sessions parked beyond them serve nothing any more
+        unstarted = [0]
 
         async def worker() -> None:
             loop = asyncio.get_running_loop()
@@ -668,6 +671,7 @@ class _Runner:
             def plan_ahead() -> None:
                 item = next(items, None)
                 if item is not None:
+                    unstarted[0] += 1
                     try:
                         ahead.append(self._planned(*item))
                     except Exception:  # planned again in the worker, where it raises
@@ -694,10 +698,17 @@ class _Runner:
                     if not ahead:  # it did not run (the episode never waited), or found none
                         scheduled.cancel()
                         plan_ahead()
-                    item = ahead.pop() if ahead else None
+                    if not ahead:
+                        break
+                    item = ahead.pop()
+                    unstarted[0] -= 1
             finally:
+                unstarted[0] -= len(ahead)  # a stopped run starts them nowhere
                 if recording is not None:
                     await recording
+                # this worker starts no more episodes: its session, if parked, serves none
+                if self.pool is not None:
+                    self.pool.close_idle(keep=unstarted[0])
 
         async with asyncio.TaskGroup() as group:
             for _ in range(self.config.concurrency):

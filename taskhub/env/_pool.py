@@ -270,15 +270,35 @@ class SessionPool:
             kept = []
             for client, since in endpoint.idle:
                 if now - since >= self.idle_timeout:
-                    task = asyncio.get_running_loop().create_task(client.close())
-                    self._closing.add(task)
-                    task.add_done_callback(self._closing.discard)
+                    self._close_later(client)
                 else:
                     kept.append((client, since))
                     oldest = min(oldest, since)
             endpoint.idle = kept
         if any(e.idle for e in self.endpoints):
             self._schedule_reaper(max(0.0, oldest + self.idle_timeout - now))
+
+    def close_idle(self, keep: int = 0) -> None:
+        """Close parked sessions, the longest parked first, until ``keep`` are left.
+
+        For a caller with fewer episodes left to start than sessions parked: their servers get
+        the slots back while the last episodes play. The closes run in the background, and
+        ``aclose`` waits for them.
+        """
+        parked = [
+            (since, endpoint, client)
+            for endpoint in self.endpoints
+            for client, since in endpoint.idle
+        ]
+        parked.sort(key=lambda entry: entry[0])
+        for since, endpoint, client in parked[: max(0, len(parked) - keep)]:
+            endpoint.idle.remove((client, since))
+            self._close_later(client)
+
+    def _close_later(self, client: EnvClient) -> None:
+        task = asyncio.get_running_loop().create_task(client.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def _served(self, endpoint: _Endpoint) -> None:
         """Count a served episode; after enough at a learnt limit, allow one more session."""

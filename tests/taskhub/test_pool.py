@@ -20,7 +20,7 @@ from taskhub import (
     read_results,
 )
 from taskhub.env import EnvClient, LocalServer, SessionPool, builtin_envs, launch_server
-from tests.servers import FakeEnv, error, observation
+from tests.servers import FakeEnv, counting_step, error, observation
 from tests.taskhub.test_runner import _healthy, stable, write_taskset
 
 pytestmark = pytest.mark.anyio
@@ -208,6 +208,22 @@ async def test_a_session_the_pool_would_not_park_is_closed_not_adopted(
         assert not await pool.adopt(None)
 
 
+async def test_close_idle_keeps_the_most_recently_parked() -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http) as pool:
+            leases = [pool.session() for _ in range(3)]
+            sessions = [await lease.__aenter__() for lease in leases]
+            for pooled in sessions:
+                await pooled.session.reset(seed=1)
+            for lease in leases:  # parked oldest first
+                await lease.__aexit__(None, None, None)
+            pool.close_idle(keep=1)
+            assert pool.idle_sessions == 1
+            assert await _wait_for(lambda: env.active == 1)
+            async with pool.session() as pooled:  # the one kept: the last parked
+                assert pooled.session is sessions[-1].session and pooled.reused
+
+
 # --- the runner -------------------------------------------------------------------------------
 
 
@@ -344,3 +360,24 @@ async def test_a_reference_env_session_is_reset_again(
                 assert (await pooled.session.state())["step_count"] == 0
         assert sessions[0] is sessions[1] is sessions[2]
         assert firsts[0] == firsts[1] == firsts[2]
+
+
+def test_a_run_frees_the_sessions_its_last_episodes_do_not_need(tmp_path: Path) -> None:
+    """Workers with nothing left to start close their sessions while a slow episode plays."""
+    taskset = write_taskset(tmp_path / "ts", 3)
+    active_at_the_end: list[int] = []
+
+    async def slow_last_step(session, data):
+        if session.target == 0:  # t000: its answer comes long after the others are done
+            await asyncio.sleep(1.0)
+            active_at_the_end.append(session.env.active)
+        return counting_step(session, data)
+
+    with FakeEnv(on_step=slow_last_step) as env:
+        result = evaluate(
+            EvalConfig(model="scripted/oracle", taskset=str(taskset), env=env.url, concurrency=3),
+            output_dir=tmp_path / "run",
+        )
+        assert result.summary.mean_reward == 1.0
+        assert env.sessions_opened == 3
+    assert active_at_the_end == [1]  # the other two were closed, not parked until the end
