@@ -232,7 +232,12 @@ def observation_text(observation: dict[str, Any]) -> str:
 def _compile(source: str) -> tuple[Template, frozenset[str]]:
     """Compile a template and find the variables it reads (once per text: compiling is slow)."""
     tree = _jinja.parse(source)
-    return _jinja.from_string(tree), frozenset(meta.find_undeclared_variables(tree))
+    template = _jinja.from_string(tree)
+    # jinja keeps a template's globals as a ChainMap over the environment's, copied key by key
+    # into every render's context: as a dict (the environment's never change), a short prompt
+    # renders in less than half the time
+    template.globals = dict(template.globals)
+    return template, frozenset(meta.find_undeclared_variables(tree))
 
 
 @dataclass
