@@ -168,6 +168,8 @@ async def bench(episodes: int, delay_s: float, repeats: int) -> None:
         f"{cpu['fixed'] * 1e3:.0f} ms CPU"
     )
     speedup = one / eight
+    paired = [a[0] / b[0] for a, b in zip(times["1"], times["8"], strict=True)]
+    print(f"each repeat's own speed-up: {min(paired):.2f}x to {max(paired):.2f}x")
     print(f"speed-up 8 vs 1 sessions: {speedup:.2f}x (target >= {TARGET}x): ", end="")
     print("PASS" if speedup >= TARGET else "FAIL")
 
