@@ -38,7 +38,7 @@ from taskhub._errors import (
 )
 from taskhub._schema import EnvInfo, HttpDialect, ToolSpec
 from taskhub.env._apps import find_app, read_manifest
-from taskhub.env._client import EnvClient, Transport, split_base_url
+from taskhub.env._client import DEFAULT_TIMEOUT_S, EnvClient, Transport, split_base_url
 from taskhub.env._http import fetch_json, learn_http_dialect
 from taskhub.env._spawn import ServerCommand, free_port, spawn_server
 from taskhub.env._tools import ToolDiscovery, discover_tools, is_tool_env
@@ -528,6 +528,8 @@ async def _probe(
     try:
         await client.connect()
         await client.reset()
+        # the short deadline was the probe's: what runs on the session next gets the usual one
+        client.timeout = DEFAULT_TIMEOUT_S
         kept = client
         return "ws", None, client
     except EnvConnectError as exc:

@@ -213,6 +213,7 @@ async def test_the_probe_shakes_hands_with_the_env_headers_and_its_session_can_b
                 assert (session is not None) is keep
                 if session is not None:  # open, reset once by the probe: it plays on
                     assert session.is_open and session.headers == token
+                    assert session.timeout == 60.0  # not the probe's short reset deadline
                     assert (await session.reset(seed=4)).observation["question"] == "say 4"
                     await session.close()
                 assert handle.take_session() is None
