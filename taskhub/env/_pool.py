@@ -208,23 +208,13 @@ class SessionPool:
         if client is None:
             return False
         endpoint = next((e for e in self.endpoints if e.url == client.base_url), None)
-        fits = (
-            endpoint is not None
-            and self.reuse
-            and not self._closed
-            and client.is_open
-            and client.max_frame_bytes == self._max_frame_bytes
-            and client.headers == self._headers
-            and (endpoint.limit is None or endpoint.open < endpoint.limit)
+        like_ours = (
+            client.max_frame_bytes == self._max_frame_bytes and client.headers == self._headers
         )
-        if not fits:
+        if endpoint is None or not like_ours or not self._park(endpoint, client):
             await asyncio.shield(client.close())
             return False
-        assert endpoint is not None
         client.timeout = self._timeout
-        endpoint.idle.append((client, time.monotonic()))
-        if self._reaper is None:
-            self._schedule_reaper(self.idle_timeout)
         self._wake()
         return True
 
@@ -238,25 +228,29 @@ class SessionPool:
     async def _release(self, pooled: PooledSession, *, keep: bool, served: bool = True) -> None:
         endpoint, session = pooled._endpoint, pooled.session
         endpoint.in_use -= 1
-        park = (
-            keep
-            and self.reuse
-            and not self._closed
-            and isinstance(session, EnvClient)
-            and session.is_open
-            # a limit lowered while the session served (a refusal elsewhere) sheds it
-            and (endpoint.limit is None or endpoint.open < endpoint.limit)
-        )
-        if park:
-            assert isinstance(session, EnvClient)
-            endpoint.idle.append((session, time.monotonic()))
-            if self._reaper is None:
-                self._schedule_reaper(self.idle_timeout)
+        park = keep and isinstance(session, EnvClient) and self._park(endpoint, session)
         if served:
             self._served(endpoint)
         self._wake()
         if not park:
             await asyncio.shield(session.close())
+
+    def _park(self, endpoint: _Endpoint, client: EnvClient) -> bool:
+        """Park ``client``, not counted on ``endpoint`` yet, for the next episode.
+
+        Returns:
+            False, parking nothing, when the pool keeps no sessions (no reuse, closed), the
+            session is closed, or its server has no room: the caller closes it.
+        """
+        if not (self.reuse and not self._closed and client.is_open):
+            return False
+        # a limit lowered while the session served (a refusal elsewhere) sheds it
+        if endpoint.limit is not None and endpoint.open >= endpoint.limit:
+            return False
+        endpoint.idle.append((client, time.monotonic()))
+        if self._reaper is None:
+            self._schedule_reaper(self.idle_timeout)
+        return True
 
     def _schedule_reaper(self, delay: float) -> None:
         self._reaper = asyncio.get_running_loop().call_later(delay, self._reap)
