@@ -335,15 +335,29 @@ def _calling(content: Any, calls: list[ToolCall]) -> ChatMessage:
     return ChatMessage(role="assistant", content=content, tool_calls=calls)
 
 
-async def _step(session: EnvSession, action: dict[str, Any], prompts: _Prompts) -> StepResult:
-    """Send ``action``; pending prompts are rendered while the env works on it."""
+async def _step(
+    session: EnvSession,
+    action: dict[str, Any],
+    prompts: _Prompts,
+    then_reset: dict[str, Any] | None = None,
+) -> StepResult:
+    """Send ``action``; pending prompts are rendered while the env works on it.
+
+    ``then_reset`` (the next episode's reset, behind an episode's last step) goes along when
+    the session can send it ahead (``resets_ahead``), and is left out otherwise.
+    """
+    ahead = {"then_reset": then_reset} if then_reset is not None else {}
+    if ahead and not getattr(session, "resets_ahead", False):
+        ahead = {}
     if not prompts.pending:
-        return await session.step(action)
+        result: StepResult = await session.step(action, **ahead)
+        return result
     step_while = getattr(session, "step_while", None)
     if step_while is None:  # a session that cannot overlap: render first, as the loop would
         await prompts.flush()
-        return await session.step(action)
-    result: StepResult = await step_while(action, prompts.flush)
+        result = await session.step(action, **ahead)
+        return result
+    result = await step_while(action, prompts.flush, **ahead)
     return result
 
 
@@ -361,6 +375,7 @@ async def run_episode(
     episode_seed: int,
     trace: EpisodeTrace,
     toolbox: Toolbox | None = None,
+    next_reset: Callable[[], dict[str, Any] | None] | None = None,
 ) -> None:
     """Play one episode into ``trace``.
 
@@ -372,6 +387,10 @@ async def run_episode(
     A model that reads no messages (``reads_messages = False``) is called with none; its
     transcript is still rendered, each prompt while the env works on the action that follows
     it (``_Prompts``).
+
+    ``next_reset`` gives the reset payload of the episode to play next on this session (None
+    when there is none): a step known to be the last (the ``max_steps``-th) carries that reset
+    behind it, so the next episode finds its first observation sent already.
 
     Raises:
         EnvError: The env failed (the trace keeps what happened before).
@@ -417,6 +436,7 @@ async def run_episode(
             format_retries,
             episode_seed,
             blind,
+            next_reset,
         )
     except BaseException as exc:
         if prompts.pending:
@@ -448,6 +468,7 @@ async def _play_turns(
     format_retries: int,
     episode_seed: int,
     blind: bool,
+    next_reset: Callable[[], dict[str, Any] | None] | None,
 ) -> None:
     """The turns of ``run_episode``, from the first observation to the end."""
     templates = prompts.templates
@@ -486,9 +507,11 @@ async def _play_turns(
         for action, call in turn.moves:
             if index >= max_steps or result.done:
                 break  # the reply's later calls are not run: the episode is over
+            # the max_steps-th step is the last, whatever it returns
+            then_reset = next_reset() if next_reset and index + 1 == max_steps else None
             started = time.perf_counter()
             try:
-                result = await _step(session, action, prompts)
+                result = await _step(session, action, prompts, then_reset)
             except (EnvProtocolError, EnvExecutionError) as exc:
                 if not rejects_action(exc, action):
                     raise

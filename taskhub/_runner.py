@@ -19,7 +19,7 @@ import random
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -76,7 +76,7 @@ from taskhub._tools import Toolbox
 from taskhub._trust import check_remote_code
 from taskhub._urls import redact_optional_url, redact_url
 from taskhub._version import __version__
-from taskhub.env._client import wire_dialect
+from taskhub.env._client import EnvSession, wire_dialect
 from taskhub.env._launch import EnvHandle, LocalServer
 from taskhub.env._pool import SessionPool
 from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_model_spec
@@ -209,6 +209,8 @@ class _Played:
     attempts: int
     started_at: datetime
     duration: float
+    session: EnvSession | None = None
+    """The session it ended on (parked for the next episode, or closed)."""
 
 
 def summary_row(record: EpisodeRecord) -> EpisodeRecord:
@@ -655,7 +657,8 @@ class _Runner:
         items = self.plan.items()
         # Recording an episode (rewards, the line in episodes.jsonl) overlaps the next episode
         # of its worker, whose requests wait on the env meanwhile; one record in the making per
-        # worker at most. --fail-fast records inline: it decides on the outcome before going on.
+        # worker at most. An episode's last step, when known (max_steps), carries the next
+        # episode's reset. --fail-fast does neither: it decides on the outcome before going on.
         overlap = not self.config.fail_fast
         # episodes planned ahead and not started yet, over every worker: each may want a
         # parked session; the sessions parked beyond them serve nothing any more
@@ -668,7 +671,16 @@ class _Runner:
             # request is in flight: a call scheduled now runs once the worker waits for the env.
             ahead: list[tuple[Task, int] | _Planned] = []
 
+            def next_reset() -> dict[str, Any] | None:
+                """The reset of this worker's next episode (planned now if it is not yet)."""
+                plan_ahead()  # the episode may not have waited yet: a reply already arrived
+                if ahead and isinstance(ahead[-1], _Planned):
+                    return ahead[-1].episode.reset_payload
+                return None
+
             def plan_ahead() -> None:
+                if ahead:  # planned already
+                    return
                 item = next(items, None)
                 if item is not None:
                     unstarted[0] += 1
@@ -677,6 +689,8 @@ class _Runner:
                     except Exception:  # planned again in the worker, where it raises
                         ahead.append(item)
 
+            # the session of this worker's last episode: it may have sent the next one's reset
+            held: EnvSession | None = None
             try:
                 item: tuple[Task, int] | _Planned | None = next(items, None)
                 while item is not None:
@@ -684,13 +698,16 @@ class _Runner:
                         return
                     planned = item if isinstance(item, _Planned) else self._planned(*item)
                     scheduled = loop.call_soon(plan_ahead)
-                    played = await self._play(planned)
+                    played = await self._play(
+                        planned, prefer=held, next_reset=next_reset if overlap else None
+                    )
                     if recording is not None:
                         await recording
                         recording = None
                     if played is None:
                         scheduled.cancel()
                         return
+                    held = played.session
                     if overlap:
                         recording = group.create_task(self._finish(played))
                     else:
@@ -760,8 +777,19 @@ class _Runner:
         sampling = config.sampling.model_copy(update={"seed": episode.model_seed})
         return _Planned(episode, sampling)
 
-    async def _play(self, planned: _Planned) -> _Played | None:
-        """Play an episode, retrying infra errors; None when the run must stop (bad key)."""
+    async def _play(
+        self,
+        planned: _Planned,
+        *,
+        prefer: EnvSession | None = None,
+        next_reset: Callable[[], dict[str, Any] | None] | None = None,
+    ) -> _Played | None:
+        """Play an episode, retrying infra errors; None when the run must stop (bad key).
+
+        ``prefer`` is the session to play on when it is parked (it may have sent this
+        episode's reset); ``next_reset`` gives the next episode's reset, which the episode's
+        last step may send ahead on a session the pool reuses.
+        """
         config, plan = self.config, self.plan
         assert self.pool is not None and self.model is not None
         episode, sampling = planned.episode, planned.sampling
@@ -775,9 +803,10 @@ class _Runner:
             started_at, started = _now(), time.perf_counter()
             error: BaseException | None = None
             reused = False
+            session: EnvSession | None = None
             try:
-                async with self.pool.session() as pooled:
-                    reused = pooled.reused
+                async with self.pool.session(prefer if attempts == 1 else None) as pooled:
+                    reused, session = pooled.reused, pooled.session
                     async with asyncio.timeout(config.episode_timeout_s):
                         await run_episode(
                             task=task,
@@ -792,6 +821,7 @@ class _Runner:
                             episode_seed=episode.model_seed,
                             trace=trace,
                             toolbox=self.toolbox,
+                            next_reset=next_reset if self.pool.reuse else None,
                         )
             except EnvCapacityError as exc:
                 if time.monotonic() < capacity_deadline:
@@ -832,7 +862,13 @@ class _Runner:
                 # what the server actually spoke, from its first observation frame
                 self.env_info.dialect = wire_dialect(trace.initial)
             return _Played(
-                episode, trace, error, attempts, started_at, time.perf_counter() - started
+                episode,
+                trace,
+                error,
+                attempts,
+                started_at,
+                time.perf_counter() - started,
+                session,
             )
 
 

@@ -173,6 +173,10 @@ def _error_from_frame(data: Any, url: str, verb: str) -> EnvError:
     return EnvProtocolError(text, env_url=url, code=code)
 
 
+def _reset_frame(payload: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if payload is None else {"type": "reset", "data": payload}
+
+
 class _Deadline:
     """A request's deadline: when it passes, the socket is dropped (its reply never read)."""
 
@@ -209,7 +213,15 @@ class EnvClient:
 
     After a timeout the socket is dropped: a late reply would otherwise be read as the answer
     to the next request.
+
+    A step known to be an episode's last can carry the next episode's reset behind it
+    (``step(action, then_reset=payload)``): both frames leave at once, and ``reset(**payload)``
+    then only reads the reply the server has most likely sent already. Any other request
+    first reads and drops that reply.
     """
+
+    #: Whether ``step`` can send a reset right behind its action (``then_reset``).
+    resets_ahead = True
 
     def __init__(
         self,
@@ -238,11 +250,18 @@ class EnvClient:
         self._ws: ClientConnection | None = None
         self._state: Literal["unopened", "open", "closed"] = "unopened"
         self.last_latency_s = 0.0
+        # the payload of a reset sent behind a step, whose reply is the next frame to read
+        self._ahead: dict[str, Any] | None = None
 
     @property
     def headers(self) -> dict[str, str]:
         """The handshake headers (a copy)."""
         return dict(self._headers)
+
+    @property
+    def reset_ahead(self) -> dict[str, Any] | None:
+        """The payload of a reset sent behind the last step and not read yet, or None."""
+        return self._ahead
 
     @property
     def is_open(self) -> bool:
@@ -299,10 +318,15 @@ class EnvClient:
 
     async def _request(
         self,
-        frame: dict[str, Any],
+        frame: dict[str, Any] | None,
         verb: str,
         while_waiting: Callable[[], Awaitable[None]] | None = None,
+        then: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """Send ``frame`` (None: it was sent ahead) and read its reply.
+
+        ``then`` is a reset frame sent right behind ``frame``; its reply is left unread.
+        """
         if self._state == "unopened":
             await self.connect()
         if self._state == "closed" or self._ws is None:
@@ -315,7 +339,11 @@ class EnvClient:
         deadline = _Deadline(ws, self.timeout)
         try:
             try:
-                await ws.send(json.dumps(frame))
+                if frame is not None:
+                    await ws.send(json.dumps(frame))
+                if then is not None:
+                    await ws.send(json.dumps(then))
+                    self._ahead = then["data"]
             except ConnectionClosed:
                 # CAPACITY_REACHED can arrive, and the socket close, before our first send:
                 # the frame is still queued, so read it before reporting the close.
@@ -370,20 +398,43 @@ class EnvClient:
     async def reset(self, **kwargs: Any) -> StepResult:
         """Start an episode; keyword arguments go to the env's ``reset()``.
 
+        A reset with these arguments sent ahead (``step(..., then_reset=kwargs)``) is not sent
+        again: its reply is read.
+
         Raises:
             EnvCapacityError: The server is at its session limit (retry later).
             EnvError: Any other failure, typed by what went wrong.
         """
+        ahead = self._ahead
+        if ahead is not None:
+            if ahead == kwargs:
+                self._ahead = None
+                return self._observation(await self._request(None, "reset"), "reset")
+            await self._skip_ahead()
         message = await self._request({"type": "reset", "data": kwargs}, "reset")
         return self._observation(message, "reset")
 
-    async def step(self, action: dict[str, Any]) -> StepResult:
-        """Send one action (its fields, unwrapped) and return the env's answer."""
-        message = await self._request({"type": "step", "data": action}, "step")
+    async def step(
+        self, action: dict[str, Any], *, then_reset: dict[str, Any] | None = None
+    ) -> StepResult:
+        """Send one action (its fields, unwrapped) and return the env's answer.
+
+        ``then_reset``: the payload of the next episode's reset, sent right behind the action
+        (this step being known to be the episode's last); ``reset`` reads its reply.
+        """
+        if self._ahead is not None:
+            await self._skip_ahead()
+        message = await self._request(
+            {"type": "step", "data": action}, "step", then=_reset_frame(then_reset)
+        )
         return self._observation(message, "step")
 
     async def step_while(
-        self, action: dict[str, Any], work: Callable[[], Awaitable[None]]
+        self,
+        action: dict[str, Any],
+        work: Callable[[], Awaitable[None]],
+        *,
+        then_reset: dict[str, Any] | None = None,
     ) -> StepResult:
         """``step``, doing ``work`` while the env works on the action.
 
@@ -391,8 +442,25 @@ class EnvClient:
         deadline is moved by the time it takes. If it fails, the reply is never read: the
         socket is dropped and its error raised.
         """
-        message = await self._request({"type": "step", "data": action}, "step", work)
+        if self._ahead is not None:
+            await self._skip_ahead()
+        message = await self._request(
+            {"type": "step", "data": action}, "step", work, then=_reset_frame(then_reset)
+        )
         return self._observation(message, "step")
+
+    async def _skip_ahead(self) -> None:
+        """Read and drop the reply of the reset sent ahead: another request comes first.
+
+        An error frame that leaves the session usable is dropped with it; one that ends the
+        session is raised.
+        """
+        self._ahead = None
+        try:
+            await self._request(None, "reset")
+        except EnvError:
+            if self._state != "open":
+                raise
 
     async def _meanwhile(self, work: Callable[[], Awaitable[None]], deadline: _Deadline) -> None:
         loop = asyncio.get_running_loop()
@@ -406,6 +474,8 @@ class EnvClient:
 
     async def state(self) -> dict[str, Any]:
         """Return the env's ``state`` (episode_id, step_count and env fields)."""
+        if self._ahead is not None:
+            await self._skip_ahead()
         message = await self._request({"type": "state"}, "state")
         if message.get("type") != "state" or not isinstance(message.get("data"), dict):
             raise EnvProtocolError(
@@ -427,7 +497,7 @@ class EnvClient:
         """Send ``close`` and shut the socket. Safe to call more than once."""
         if self._state == "closed":
             return
-        ws, self._ws, self._state = self._ws, None, "closed"
+        ws, self._ws, self._state, self._ahead = self._ws, None, "closed", None
         if ws is None:
             return
         try:
@@ -442,6 +512,6 @@ class EnvClient:
 
     async def _drop(self) -> None:
         """Abandon the socket without a handshake (after a timeout or a broken frame)."""
-        ws, self._ws, self._state = self._ws, None, "closed"
+        ws, self._ws, self._state, self._ahead = self._ws, None, "closed", None
         if ws is not None and ws.transport is not None:
             ws.transport.abort()

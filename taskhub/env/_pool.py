@@ -146,11 +146,13 @@ class SessionPool:
         candidates = [e for e in self.endpoints if e.has_room()]
         return min(candidates, key=lambda e: e.in_use) if candidates else None
 
-    def session(self) -> _Lease:
+    def session(self, prefer: EnvSession | None = None) -> _Lease:
         """Hand out a session on the least busy server that has room, waiting for one.
 
         Use it as ``async with pool.session() as pooled``. An idle session of that server is
         reused when there is one, else a new one is opened (it connects on its first request).
+        ``prefer``, when it is parked, is handed out first (the session that already sent this
+        episode's reset); other callers take it last.
         On exit the session is parked for the next episode when the block ended normally or
         with an agent or model error, and closed otherwise. A ``CAPACITY_REACHED`` raised in
         the block lowers the server's learnt limit.
@@ -158,13 +160,13 @@ class SessionPool:
         Raises:
             RuntimeError: The pool is closed.
         """
-        return _Lease(self)
+        return _Lease(self, prefer)
 
-    async def _acquire(self) -> PooledSession:
+    async def _acquire(self, prefer: EnvSession | None = None) -> PooledSession:
         while True:
             if self._closed:
                 raise RuntimeError("the SessionPool is closed")
-            endpoint = self._pick()
+            endpoint = self._parked_on(prefer) or self._pick()
             if endpoint is not None:
                 break
             waiter = asyncio.get_running_loop().create_future()
@@ -178,7 +180,7 @@ class SessionPool:
         dead: list[EnvClient] = []
         try:
             while endpoint.idle:
-                client, _ = endpoint.idle.pop()
+                client, _ = endpoint.idle.pop(_take(endpoint.idle, prefer))
                 if client.is_open:
                     return PooledSession(client, endpoint.url, True, endpoint)
                 dead.append(client)  # the server closed it while it was parked
@@ -195,6 +197,15 @@ class SessionPool:
             dialect=self.info.http_dialect or OPENENV_HTTP,
         )
         return PooledSession(session, endpoint.url, False, endpoint)
+
+    def _parked_on(self, client: EnvSession | None) -> _Endpoint | None:
+        """The server ``client`` is parked on, if it is parked."""
+        if client is None:
+            return None
+        for endpoint in self.endpoints:
+            if any(parked is client for parked, _ in endpoint.idle):
+                return endpoint
+        return None
 
     async def adopt(self, client: EnvClient | None) -> bool:
         """Park ``client`` for the next episode: an open session opened elsewhere (the probe's).
@@ -333,17 +344,34 @@ class SessionPool:
         await asyncio.gather(*closing, *self._closing, return_exceptions=True)
 
 
+def _take(idle: list[tuple[EnvClient, float]], prefer: EnvSession | None) -> int:
+    """The index of the parked session to hand out.
+
+    ``prefer``; else the most recently parked one that sent no reset ahead (that reset is
+    another episode's); else the most recently parked.
+    """
+    if prefer is not None:
+        for index in range(len(idle) - 1, -1, -1):
+            if idle[index][0] is prefer:
+                return index
+    for index in range(len(idle) - 1, -1, -1):
+        if idle[index][0].reset_ahead is None:
+            return index
+    return -1
+
+
 class _Lease:
     """One ``SessionPool.session()`` block (a class: it runs once per episode)."""
 
-    __slots__ = ("pool", "pooled")
+    __slots__ = ("pool", "pooled", "prefer")
 
-    def __init__(self, pool: SessionPool) -> None:
+    def __init__(self, pool: SessionPool, prefer: EnvSession | None) -> None:
         self.pool = pool
+        self.prefer = prefer
         self.pooled: PooledSession | None = None
 
     async def __aenter__(self) -> PooledSession:
-        self.pooled = await self.pool._acquire()
+        self.pooled = await self.pool._acquire(self.prefer)
         return self.pooled
 
     async def __aexit__(self, kind: type[BaseException] | None, *rest: object) -> None:

@@ -27,7 +27,15 @@ from taskhub.env import (
     split_base_url,
     wait_healthy,
 )
-from tests.servers import CLOSE, FakeEnv, error, free_port, observation
+from tests.servers import (
+    CLOSE,
+    FakeEnv,
+    counting_reset,
+    counting_step,
+    error,
+    free_port,
+    observation,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -161,6 +169,77 @@ async def test_multi_megabyte_frame_is_refused() -> None:
             await client.reset()
             with pytest.raises(EnvProtocolError, match="larger than 1048576 bytes"):
                 await client.step({"answer": "1"})
+
+
+def _resets(env: FakeEnv) -> list[dict]:
+    return [frame["data"] for frame in env.frames if frame["type"] == "reset"]
+
+
+async def test_a_reset_sent_behind_the_last_step_is_read_not_sent_again() -> None:
+    with FakeEnv() as env:
+        async with EnvClient(env.url) as client:
+            await client.reset(seed=1)
+            result = await client.step({"answer": "1"}, then_reset={"seed": 2})
+            assert result.reward == 1.0 and result.done  # the step's own reply
+            assert client.reset_ahead == {"seed": 2}
+            first = await client.reset(seed=2)
+            assert first.observation["question"] == "say 2" and client.reset_ahead is None
+            rendered = []
+
+            async def render() -> None:  # work done while the env answers the step
+                rendered.append(True)
+
+            result = await client.step_while({"answer": "2"}, render, then_reset={"seed": 3})
+            assert result.reward == 1.0 and rendered == [True]
+            assert (await client.reset(seed=3)).observation["question"] == "say 3"
+        assert _resets(env) == [{"seed": 1}, {"seed": 2}, {"seed": 3}]
+
+
+@pytest.mark.parametrize("then", ["reset", "step", "state"])
+async def test_another_request_first_reads_and_drops_the_reset_sent_ahead(then: str) -> None:
+    with FakeEnv() as env:
+        async with EnvClient(env.url) as client:
+            await client.reset(seed=1, episode_id="one")
+            await client.step({"answer": "1"}, then_reset={"seed": 2, "episode_id": "two"})
+            if then == "reset":  # another episode than the one sent ahead
+                assert (await client.reset(seed=5)).observation["question"] == "say 5"
+                assert _resets(env)[-1] == {"seed": 5}
+            elif then == "step":  # the episode sent ahead has begun on the server: play it
+                assert (await client.step({"answer": "2"})).reward == 1.0
+            else:
+                assert (await client.state())["episode_id"] == "two"
+            assert client.reset_ahead is None
+
+
+async def test_an_error_frame_answering_a_reset_sent_ahead() -> None:
+    def reset(session, data):
+        if data.get("seed") == 2:
+            return error("VALIDATION_ERROR", "no seed 2")
+        return counting_reset(session, data)
+
+    with FakeEnv(on_reset=reset) as env:
+        async with EnvClient(env.url) as client:
+            await client.reset(seed=1)
+            await client.step({"answer": "1"}, then_reset={"seed": 2})
+            with pytest.raises(EnvProtocolError, match="reset failed: VALIDATION_ERROR: no seed 2"):
+                await client.reset(seed=2)  # the episode it was sent for gets its error
+            await client.reset(seed=1)
+            await client.step({"answer": "1"}, then_reset={"seed": 2})
+            # dropped for another request: the session is still usable
+            assert (await client.reset(seed=3)).observation["question"] == "say 3"
+
+
+async def test_a_session_the_server_closed_after_the_last_step_fails_the_reset_sent_ahead() -> None:
+    def step(session, data):
+        session.close_after_reply = True
+        return counting_step(session, data)
+
+    with FakeEnv(on_step=step) as env:
+        async with EnvClient(env.url) as client:
+            await client.reset(seed=1)
+            assert (await client.step({"answer": "1"}, then_reset={"seed": 2})).reward == 1.0
+            with pytest.raises(EnvClosedError):
+                await client.reset(seed=2)
 
 
 async def test_refused_connection_names_the_url() -> None:

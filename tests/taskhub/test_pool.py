@@ -129,6 +129,26 @@ async def test_a_session_the_server_closed_while_parked_is_not_handed_out() -> N
             assert env.sessions_opened == 2
 
 
+async def test_the_session_that_sent_a_reset_ahead_goes_to_its_episode() -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http) as pool:
+            # two sessions in play at once, then parked: `ahead` first, `plain` last
+            async with pool.session() as one, pool.session() as two:
+                ahead, plain = one.session, two.session
+                for pooled, seed in ((one, 1), (two, 2)):
+                    await pooled.session.reset(seed=seed)
+                await ahead.step({"answer": "1"}, then_reset={"seed": 7})
+                await plain.step({"answer": "2"})
+            assert isinstance(ahead, EnvClient) and ahead.reset_ahead == {"seed": 7}
+            # another episode takes the session without a reset sent for someone else
+            async with pool.session() as other:
+                assert other.session is plain
+            async with pool.session(prefer=ahead) as mine:
+                assert mine.session is ahead and mine.reused
+                assert (await ahead.reset(seed=7)).observation["question"] == "say 7"
+            assert env.sessions_opened == 2
+
+
 async def test_parked_sessions_expire_and_free_the_server() -> None:
     with FakeEnv() as env:
         async with httpx.AsyncClient() as http, _pool(env.url, http, idle_timeout=0.2) as pool:
@@ -279,7 +299,10 @@ def test_an_episode_that_ended_in_an_env_error_does_not_pass_its_session_on(
     assert outcomes == {"t000": "scored", "t001": "infra_error", "t002": "scored", "t003": "scored"}
 
 
-def test_a_server_that_closes_every_session_costs_no_attempts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_steps", [None, 1], ids=["reset-after", "reset-sent-ahead"])
+def test_a_server_that_closes_every_session_costs_no_attempts(
+    tmp_path: Path, max_steps: int | None
+) -> None:
     taskset = write_taskset(tmp_path / "ts", 6)
 
     def step(session, data):
@@ -288,10 +311,17 @@ def test_a_server_that_closes_every_session_costs_no_attempts(tmp_path: Path) ->
 
     with FakeEnv(on_step=step) as env:
         result = evaluate(
-            EvalConfig(model="scripted/oracle", taskset=str(taskset), env=env.url, concurrency=2),
+            EvalConfig(
+                model="scripted/oracle",
+                taskset=str(taskset),
+                env=env.url,
+                concurrency=2,
+                max_steps=max_steps,
+            ),
             output_dir=tmp_path,
         )
     records = read_results(result.run_dir)
+    assert len(records) == 6
     assert all(r.outcome == "scored" and r.attempts == 1 for r in records), [
         (r.outcome, r.attempts, r.error) for r in records
     ]
@@ -312,9 +342,12 @@ def reference_server(
         server.stop()
 
 
+@pytest.mark.parametrize("max_steps", [6, 1], ids=["ends-by-done", "last-step-known"])
 def test_records_are_the_same_with_and_without_reuse(
-    reference_server: tuple[str, LocalServer], tmp_path: Path
+    reference_server: tuple[str, LocalServer], tmp_path: Path, max_steps: int
 ) -> None:
+    """With ``max_steps=1`` every step is known to be its episode's last: with reuse, it
+    carries the next episode's reset."""
     name, server = reference_server
     records = {}
     for fresh in (False, True):
@@ -326,7 +359,7 @@ def test_records_are_the_same_with_and_without_reuse(
             samples=2,
             concurrency=3,
             seed=5,
-            max_steps=6,
+            max_steps=max_steps,
             fresh_session=fresh,
         )
         result = evaluate(config, output_dir=tmp_path / str(fresh))
@@ -360,6 +393,41 @@ async def test_a_reference_env_session_is_reset_again(
                 assert (await pooled.session.state())["step_count"] == 0
         assert sessions[0] is sessions[1] is sessions[2]
         assert firsts[0] == firsts[1] == firsts[2]
+
+
+def test_an_episode_whose_last_step_is_known_sends_the_next_reset_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taskset = write_taskset(tmp_path / "ts", 12)
+    read_ahead: list[bool] = []
+    reset = EnvClient.reset
+
+    async def watched_reset(self: EnvClient, **kwargs: object) -> object:
+        read_ahead.append(self.reset_ahead == kwargs)
+        return await reset(self, **kwargs)
+
+    monkeypatch.setattr(EnvClient, "reset", watched_reset)
+    with FakeEnv() as env:
+        result = evaluate(
+            EvalConfig(
+                model="scripted/oracle",
+                taskset=str(taskset),
+                env=env.url,
+                concurrency=3,
+                max_steps=1,
+            ),
+            output_dir=tmp_path / "run",
+        )
+        resets = [frame["data"].get("seed") for frame in env.frames if frame["type"] == "reset"]
+    records = read_results(result.run_dir)
+    # each episode began on its own task's observation, and got its reply once
+    assert all(
+        r.initial_observation["question"] == f"say {r.reset_payload['seed']}" for r in records
+    )
+    assert all(r.outcome == "scored" and r.reward == 1.0 for r in records)
+    assert resets[0] is None and sorted(resets[1:]) == list(range(12))  # the probe's, then one each
+    # the probe's reset and each worker's first were sent alone; the other 9 went ahead
+    assert read_ahead.count(True) == 9 and len(read_ahead) == 13
 
 
 def test_a_run_frees_the_sessions_its_last_episodes_do_not_need(tmp_path: Path) -> None:
