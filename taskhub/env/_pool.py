@@ -286,6 +286,8 @@ class SessionPool:
     def close_idle(self, keep: int = 0) -> None:
         """Close parked sessions, the longest parked first, until ``keep`` are left.
 
+        A session that sent a reset ahead goes last: an episode of its worker waits for it.
+
         For a caller with fewer episodes left to start than sessions parked: their servers get
         the slots back while the last episodes play. The closes run in the background, and
         ``aclose`` waits for them.
@@ -295,7 +297,8 @@ class SessionPool:
             for endpoint in self.endpoints
             for client, since in endpoint.idle
         ]
-        parked.sort(key=lambda entry: entry[0])
+        # a session that sent a reset ahead is its worker's next episode's: closed last
+        parked.sort(key=lambda entry: (entry[2].reset_ahead is not None, entry[0]))
         for since, endpoint, client in parked[: max(0, len(parked) - keep)]:
             endpoint.idle.remove((client, since))
             self._close_later(client)

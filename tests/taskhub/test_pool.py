@@ -143,6 +143,10 @@ async def test_the_session_that_sent_a_reset_ahead_goes_to_its_episode() -> None
             # another episode takes the session without a reset sent for someone else
             async with pool.session() as other:
                 assert other.session is plain
+            # freeing sessions, the pool keeps the one an episode is waiting for
+            pool.close_idle(keep=1)
+            assert pool.idle_sessions == 1
+            assert await _wait_for(lambda: not plain.is_open)  # closed in the background
             async with pool.session(prefer=ahead) as mine:
                 assert mine.session is ahead and mine.reused
                 assert (await ahead.reset(seed=7)).observation["question"] == "say 7"
