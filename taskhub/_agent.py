@@ -346,18 +346,15 @@ async def _step(
     ``then_reset`` (the next episode's reset, behind an episode's last step) goes along when
     the session can send it ahead (``resets_ahead``), and is left out otherwise.
     """
-    ahead = {"then_reset": then_reset} if then_reset is not None else {}
-    if ahead and not getattr(session, "resets_ahead", False):
-        ahead = {}
+    sends_it = then_reset is not None and getattr(session, "resets_ahead", False)
+    ahead = {"then_reset": then_reset} if sends_it else {}
     if not prompts.pending:
-        result: StepResult = await session.step(action, **ahead)
-        return result
+        return await session.step(action, **ahead)
     step_while = getattr(session, "step_while", None)
     if step_while is None:  # a session that cannot overlap: render first, as the loop would
         await prompts.flush()
-        result = await session.step(action, **ahead)
-        return result
-    result = await step_while(action, prompts.flush, **ahead)
+        return await session.step(action, **ahead)
+    result: StepResult = await step_while(action, prompts.flush, **ahead)
     return result
 
 

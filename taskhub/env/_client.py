@@ -325,12 +325,16 @@ class EnvClient:
     ) -> dict[str, Any]:
         """Send ``frame`` (None: it was sent ahead) and read its reply.
 
-        ``then`` is a reset frame sent right behind ``frame``; its reply is left unread.
+        ``then`` is a reset frame sent right behind ``frame``; its reply is left unread. A
+        frame sent while such a reply waits unread is answered after it: that reply is read
+        and dropped first.
         """
         if self._state == "unopened":
             await self.connect()
         if self._state == "closed" or self._ws is None:
             raise EnvClosedError(f"{verb}: the session is closed", env_url=self.ws_url)
+        if frame is not None and self._ahead is not None:
+            await self._skip_ahead()
         ws = self._ws
         started = time.perf_counter()
         # The deadline drops the socket, as a timeout must (a late reply would be read as the
@@ -405,12 +409,9 @@ class EnvClient:
             EnvCapacityError: The server is at its session limit (retry later).
             EnvError: Any other failure, typed by what went wrong.
         """
-        ahead = self._ahead
-        if ahead is not None:
-            if ahead == kwargs:
-                self._ahead = None
-                return self._observation(await self._request(None, "reset"), "reset")
-            await self._skip_ahead()
+        if self._ahead is not None and self._ahead == kwargs:
+            self._ahead = None
+            return self._observation(await self._request(None, "reset"), "reset")
         message = await self._request({"type": "reset", "data": kwargs}, "reset")
         return self._observation(message, "reset")
 
@@ -422,8 +423,6 @@ class EnvClient:
         ``then_reset``: the payload of the next episode's reset, sent right behind the action
         (this step being known to be the episode's last); ``reset`` reads its reply.
         """
-        if self._ahead is not None:
-            await self._skip_ahead()
         message = await self._request(
             {"type": "step", "data": action}, "step", then=_reset_frame(then_reset)
         )
@@ -442,8 +441,6 @@ class EnvClient:
         deadline is moved by the time it takes. If it fails, the reply is never read: the
         socket is dropped and its error raised.
         """
-        if self._ahead is not None:
-            await self._skip_ahead()
         message = await self._request(
             {"type": "step", "data": action}, "step", work, then=_reset_frame(then_reset)
         )
@@ -474,8 +471,6 @@ class EnvClient:
 
     async def state(self) -> dict[str, Any]:
         """Return the env's ``state`` (episode_id, step_count and env fields)."""
-        if self._ahead is not None:
-            await self._skip_ahead()
         message = await self._request({"type": "state"}, "state")
         if message.get("type") != "state" or not isinstance(message.get("data"), dict):
             raise EnvProtocolError(
