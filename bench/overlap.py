@@ -10,6 +10,12 @@ and the CPU each process spent per episode: taskhub's (this process), the env se
 model server's (read from /proc). All three share the machine's cores: at 8 sessions taskhub's
 CPU per episode, times 8, is what each round of episodes adds to the model's reply time.
 
+A raw loop plays the same episodes against the same servers in the same run, interleaved: the
+same exchange (a session per worker, a completion per episode, the step with the next reset
+behind it) and nothing else. Its speed-up is what these cores allow any client; the bench
+prints taskhub's against it. The model server runs on asyncio's loop and h11 whatever is
+installed, so its CPU per reply does not change with the environment (uvloop, httptools).
+
     python bench/overlap.py [--episodes 64] [--delay-ms 50] [--repeats 5]
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import statistics
@@ -26,9 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
+from websockets.asyncio.client import connect
 
-from taskhub import EvalConfig, evaluate_async
+from taskhub import EvalConfig, Task, evaluate_async, load_taskset
 from taskhub.env import builtin_envs, launch_server, wait_healthy
 
 TARGET = 7.0
@@ -78,7 +87,7 @@ def serve_model(port: int, delay_s: float) -> None:
             Route("/health", health),
         ]
     )
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", loop="asyncio", http="h11")
 
 
 def process_cpu(pid: int) -> float:
@@ -121,6 +130,51 @@ async def run(
     return elapsed, cpu, env_cpu, model_cpu
 
 
+async def raw_run(env_url: str, model_url: str, tasks: list[Task], concurrency: int) -> float:
+    """Wall seconds of the same episodes played by a hand-written loop, nothing else.
+
+    The same exchange as taskhub's: one WebSocket session per worker, opened in the run; a chat
+    completion per episode with the question; its answer as the step, with the worker's next
+    reset in the same write behind it. No taskset, probe, prompt template, parsing, reward,
+    record or manifest: the speed-up this loop reaches is what the machine allows.
+    """
+    ws_url = env_url.replace("http://", "ws://") + "/ws"
+    queue = list(reversed(tasks))
+
+    async def worker(http: aiohttp.ClientSession) -> None:
+        if not queue:
+            return
+        async with connect(ws_url, compression=None, max_size=4 * 1024 * 1024) as ws:
+            await ws.send(json.dumps({"type": "reset", "data": dict(queue.pop().reset)}))
+            observation = json.loads(await ws.recv())["data"]["observation"]
+            while True:
+                messages = [
+                    {"role": "system", "content": "Answer with \\boxed{N}."},
+                    {"role": "user", "content": json.dumps(observation)},
+                ]
+                body = {"model": "loopback", "messages": messages, "temperature": 0.0}
+                async with http.post(model_url + "/chat/completions", json=body) as reply:
+                    content = (await reply.json())["choices"][0]["message"]["content"]
+                answer = content.removeprefix("\\boxed{").removesuffix("}")
+                after = queue.pop() if queue else None
+                frames = [{"type": "step", "data": {"answer": answer}}]
+                if after is not None:
+                    frames.append({"type": "reset", "data": dict(after.reset)})
+                async with ws.send_context():  # the frames in one write, as taskhub sends them
+                    for frame in frames:
+                        ws.protocol.send_text(json.dumps(frame).encode())
+                    ws.transport.write(b"".join(ws.protocol.data_to_send()))
+                json.loads(await ws.recv())  # the step's reply
+                if after is None:
+                    return
+                observation = json.loads(await ws.recv())["data"]["observation"]
+
+    started = time.perf_counter()
+    async with aiohttp.ClientSession() as http:
+        await asyncio.gather(*(worker(http) for _ in range(concurrency)))
+    return time.perf_counter() - started
+
+
 async def bench(episodes: int, delay_s: float, repeats: int) -> None:
     env = launch_server(builtin_envs()["arith"], max_sessions=16)
     port = free_port()
@@ -136,10 +190,15 @@ async def bench(episodes: int, delay_s: float, repeats: int) -> None:
             out = Path(tmp)
             times: dict[str, list[tuple[float, ...]]] = {"1": [], "8": [], "fixed": []}
             pids = (env.process.pid, model.pid)
+            raw: dict[int, list[float]] = {1: [], 8: []}
+            tasks = load_taskset("arith").splits["train"][:episodes]
             await run(env.url, model_url + "/v1", 8, 8, out)  # warm up
-            for _ in range(repeats):  # interleaved, so drift hits both alike
+            await raw_run(env.url, model_url + "/v1", tasks[:8], 8)
+            for _ in range(repeats):  # interleaved, so drift hits every contender alike
                 for key, n, sessions in (("1", episodes, 1), ("8", episodes, 8), ("fixed", 1, 1)):
                     times[key].append(await run(env.url, model_url + "/v1", n, sessions, out, pids))
+                for sessions in (1, 8):
+                    raw[sessions].append(await raw_run(env.url, model_url + "/v1", tasks, sessions))
     finally:
         model.terminate()
         model.wait(10)
@@ -170,6 +229,14 @@ async def bench(episodes: int, delay_s: float, repeats: int) -> None:
     speedup = one / eight
     paired = [a[0] / b[0] for a, b in zip(times["1"], times["8"], strict=True)]
     print(f"each repeat's own speed-up: {min(paired):.2f}x to {max(paired):.2f}x")
+    raw_one, raw_eight = (statistics.median(raw[n]) for n in (1, 8))
+    raw_paired = [a / b for a, b in zip(raw[1], raw[8], strict=True)]
+    print(
+        f"raw loop (the same exchange, nothing else): 1 session {raw_one:.2f} s, 8 sessions "
+        f"{raw_eight:.2f} s, speed-up {raw_one / raw_eight:.2f}x "
+        f"(repeats {min(raw_paired):.2f}x to {max(raw_paired):.2f}x)"
+    )
+    print(f"taskhub's speed-up / the raw loop's: {speedup / (raw_one / raw_eight):.3f}")
     print(f"speed-up 8 vs 1 sessions: {speedup:.2f}x (target >= {TARGET}x): ", end="")
     print("PASS" if speedup >= TARGET else "FAIL")
 

@@ -179,7 +179,12 @@ async def test_a_reset_sent_behind_the_last_step_is_read_not_sent_again() -> Non
     with FakeEnv() as env:
         async with EnvClient(env.url) as client:
             await client.reset(seed=1)
+            transport = client._ws.transport  # type: ignore[union-attr]
+            writes: list[bytes] = []
+            write = transport.write
+            transport.write = lambda data: (writes.append(data), write(data))[1]  # type: ignore[method-assign]
             result = await client.step({"answer": "1"}, then_reset={"seed": 2})
+            assert len(writes) == 1  # the step and the reset behind it: one write, one segment
             assert result.reward == 1.0 and result.done  # the step's own reply
             assert client.reset_ahead == {"seed": 2}
             first = await client.reset(seed=2)
