@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import importlib.metadata
+import itertools
 import logging
 import platform
 import random
@@ -408,13 +409,37 @@ class _Runner:
     def env_spec(self) -> str:
         return env_spec(self.config, self.plan.taskset)
 
+    def first_resets(self) -> list[dict[str, Any]]:
+        """The resets of the episodes the run starts at once (``EnvHandle.first_resets``).
+
+        One per worker, within the sessions its servers may hold: a server slow to probe gets
+        them on sessions opened beside the probe's.
+        """
+        config = self.config
+        if config.fresh_session:
+            return []
+        at_once = config.concurrency
+        if config.max_sessions_per_env is not None:
+            at_once = min(at_once, config.max_sessions_per_env * config.replicas)
+        resets = []
+        for item in itertools.islice(self.plan.items(), at_once):
+            try:
+                resets.append(self._planned(*item).episode.reset_payload)
+            except Exception:  # planned again in its worker, where the error is recorded
+                break
+        return resets
+
     @contextlib.asynccontextmanager
     async def engine(
-        self, log_dir: Path, launched: Sequence[LocalServer] = ()
+        self,
+        log_dir: Path,
+        launched: Sequence[LocalServer] = (),
+        first_resets: Sequence[dict[str, Any]] = (),
     ) -> AsyncIterator[None]:
         """Open what episodes are played with: the model client, the env servers, the pool.
 
-        ``launched`` are servers of a local env launched for this run already.
+        ``launched`` are servers of a local env launched for this run already;
+        ``first_resets``, the resets of the first episodes, go out beside a slow probe.
         """
         config = self.config
         env_spec = self.env_spec()
@@ -450,6 +475,9 @@ class _Runner:
                 # the probe's session serves the first episode (a new session can cost as
                 # much as a sandbox); --fresh-session wants every episode on a new one
                 keep_session=not config.fresh_session,
+                # a server slow to probe gets the first episodes' sessions opened beside it
+                first_resets=first_resets,
+                max_frame_bytes=config.max_frame_bytes,
             )
             async with handle:
                 assert handle.info is not None
@@ -466,7 +494,8 @@ class _Runner:
                     reuse=not config.fresh_session,
                 )
                 async with self.pool:
-                    await self.pool.adopt(handle.take_session())
+                    for session in handle.take_sessions():
+                        await self.pool.adopt(session)
                     yield
         finally:
             await self.model.aclose()
@@ -552,7 +581,9 @@ class _Runner:
         try:
             try:
                 if self.executor is None:
-                    async with self.engine(plan.run_dir / "env-logs"):
+                    async with self.engine(
+                        plan.run_dir / "env-logs", first_resets=self.first_resets()
+                    ):
                         assert self.env_info is not None
                         self.begin(self.env_info, self.model_details)
                         await self._fan_out()
@@ -805,7 +836,10 @@ class _Runner:
             reused = False
             session: EnvSession | None = None
             try:
-                async with self.pool.session(prefer if attempts == 1 else None) as pooled:
+                lease = self.pool.session(
+                    prefer if attempts == 1 else None, reset=episode.reset_payload
+                )
+                async with lease as pooled:
                     reused, session = pooled.reused, pooled.session
                     async with asyncio.timeout(config.episode_timeout_s):
                         await run_episode(

@@ -153,8 +153,12 @@ class FakeEnv:
         action_schema: dict[str, Any] | None = None,
         on_connect: Callable[[Session], Reply] | None = None,
         metadata: dict[str, Any] | None = None,
+        open_delay: float = 0.0,
     ) -> None:
+        """``open_delay``: seconds each WebSocket handshake waits for its answer (a session
+        slow to create, a remote server); without ``ws``, the handshake is then refused."""
         self.on_reset = on_reset
+        self.open_delay = open_delay
         self.metadata = metadata
         self.on_step = on_step
         self.dialect = dialect
@@ -179,6 +183,8 @@ class FakeEnv:
         ]
         if ws:
             routes.append(WebSocketRoute("/ws", self._ws))
+        elif open_delay:
+            routes.append(WebSocketRoute("/ws", self._refuse))
         self.app = Starlette(routes=routes)
         self.thread = ServerThread(self.app)
 
@@ -250,7 +256,13 @@ class FakeEnv:
             return PlainTextResponse(reply)
         return PlainTextResponse("no reply", status_code=500)
 
+    async def _refuse(self, websocket: WebSocket) -> None:
+        await asyncio.sleep(self.open_delay)
+        await websocket.close()  # before accepting: the handshake gets HTTP 403
+
     async def _ws(self, websocket: WebSocket) -> None:
+        if self.open_delay:
+            await asyncio.sleep(self.open_delay)
         await websocket.accept()
         session = Session(self)
         self.sessions_opened += 1

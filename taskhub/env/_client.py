@@ -9,6 +9,7 @@ Client frames are ``reset``/``step``/``state``/``close``; the server answers ``o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -418,8 +419,8 @@ class EnvClient:
     async def reset(self, **kwargs: Any) -> StepResult:
         """Start an episode; keyword arguments go to the env's ``reset()``.
 
-        A reset with these arguments sent ahead (``step(..., then_reset=kwargs)``) is not sent
-        again: its reply is read.
+        A reset with these arguments sent ahead (``step(..., then_reset=kwargs)``,
+        ``send_reset(**kwargs)``) is not sent again: its reply is read.
 
         Raises:
             EnvCapacityError: The server is at its session limit (retry later).
@@ -430,6 +431,25 @@ class EnvClient:
             return self._observation(await self._request(None, "reset"), "reset")
         message = await self._request({"type": "reset", "data": kwargs}, "reset")
         return self._observation(message, "reset")
+
+    async def send_reset(self, **kwargs: Any) -> None:
+        """Send a reset now and leave its reply unread: ``reset(**kwargs)`` reads it.
+
+        For a session opened before its episode starts (the run's first ones). Any other
+        request first reads and drops that reply.
+
+        Raises:
+            EnvError: The session could not be opened.
+        """
+        if self._state == "unopened":
+            await self.connect()
+        if self._state == "closed" or self._ws is None:
+            raise EnvClosedError("reset: the session is closed", env_url=self.ws_url)
+        if self._ahead is not None:
+            await self._skip_ahead()
+        self._ahead = kwargs
+        with contextlib.suppress(ConnectionClosed):  # the reply, or the close, is read later
+            await self._ws.send(json.dumps({"type": "reset", "data": kwargs}))
 
     async def step(
         self, action: dict[str, Any], *, then_reset: dict[str, Any] | None = None

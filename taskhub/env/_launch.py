@@ -38,7 +38,13 @@ from taskhub._errors import (
 )
 from taskhub._schema import EnvInfo, HttpDialect, ToolSpec
 from taskhub.env._apps import find_app, read_manifest
-from taskhub.env._client import DEFAULT_TIMEOUT_S, EnvClient, Transport, split_base_url
+from taskhub.env._client import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_TIMEOUT_S,
+    EnvClient,
+    Transport,
+    split_base_url,
+)
 from taskhub.env._http import fetch_json, learn_http_dialect
 from taskhub.env._spawn import ServerCommand, free_port, spawn_server
 from taskhub.env._tools import ToolDiscovery, discover_tools, is_tool_env
@@ -474,6 +480,10 @@ async def start_server(
 
 #: Seconds the transport probe waits for ``/ws`` to answer its reset frame.
 PROBE_RESET_TIMEOUT_S = 5.0
+#: A transport probe still running after this many seconds (a remote server, an env whose
+#: sessions take time to create) has the run's first sessions opened beside it
+#: (``EnvHandle.first_resets``); a faster server gets them as the first episodes start.
+SLOW_PROBE_S = 0.05
 
 
 async def probe_wire(
@@ -514,6 +524,7 @@ async def _probe(
     *,
     timeout: float = 15.0,
     headers: dict[str, str] | None = None,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
 ) -> tuple[Transport, HttpDialect | None, EnvClient | None]:
     """``probe_wire``, and the WebSocket session it opened.
 
@@ -521,7 +532,11 @@ async def _probe(
     closes it, or plays on it.
     """
     client = EnvClient(
-        base_url, connect_timeout=timeout, timeout=PROBE_RESET_TIMEOUT_S, headers=headers
+        base_url,
+        connect_timeout=timeout,
+        timeout=PROBE_RESET_TIMEOUT_S,
+        headers=headers,
+        max_frame_bytes=max_frame_bytes,
     )
     kept: EnvClient | None = None
     ws_problem: str
@@ -604,7 +619,18 @@ class EnvHandle:
     keep_session: bool = False
     """Keep the WebSocket session the transport probe opened (and tool discovery used) for
     ``take_session``; closed at the end of ``start`` otherwise."""
+    first_resets: list[dict[str, Any]] = field(default_factory=list)
+    """The resets of the run's first episodes (with ``keep_session``). When the transport
+    probe takes longer than ``SLOW_PROBE_S`` (sessions are slow to open: a remote server, a
+    sandbox per session), a session is opened for each but the first, spread over the
+    servers, and sends it, while the probe goes on; the probe's session then sends the
+    first. ``take_sessions`` hands them over, each reset's reply unread
+    (``EnvClient.send_reset``). A faster server gets its sessions as the first episodes
+    start, a few milliseconds apart, which also spreads their first requests."""
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    """Largest frame the kept sessions accept."""
     _session: EnvClient | None = field(default=None, init=False, repr=False)
+    _warm: list[EnvClient] = field(default_factory=list, init=False, repr=False)
 
     @classmethod
     def open(
@@ -621,13 +647,17 @@ class EnvHandle:
         provider_options: dict[str, Any] | None = None,
         launched: Sequence[LocalServer] = (),
         keep_session: bool = False,
+        first_resets: Sequence[dict[str, Any]] = (),
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> EnvHandle:
         """Resolve ``spec``; servers start when the handle is entered.
 
         With ``provider`` (``uv``, ``docker``, a hosted sandbox: see ``taskhub.env._providers``)
         OpenEnv's provider of that name starts the servers instead of taskhub's launcher.
         ``launched`` are servers of the env launched already (``EnvHandle.launched``).
-        ``keep_session`` keeps the session the probe opened for ``take_session``.
+        ``keep_session`` keeps the session the probe opened for ``take_session``; with
+        ``first_resets``, a slow server also gets the first episodes' sessions opened and
+        reset beside it, for ``take_sessions``.
         """
         target: EnvTarget | ProviderTarget
         if provider is not None:
@@ -648,6 +678,8 @@ class EnvHandle:
             provider_options=dict(provider_options or {}),
             launched=list(launched),
             keep_session=keep_session,
+            first_resets=list(first_resets) if keep_session else [],
+            max_frame_bytes=max_frame_bytes,
         )
 
     async def __aenter__(self) -> EnvHandle:
@@ -672,10 +704,23 @@ class EnvHandle:
         session, self._session = self._session, None
         return session
 
+    def take_sessions(self) -> list[EnvClient]:
+        """``take_session``'s session (if any), then those opened for ``first_resets``.
+
+        The caller plays on them and closes them. Those opened for ``first_resets`` have
+        sent their reset (``reset_ahead``), and then the probe's has too.
+        """
+        session, warm, self._warm = self.take_session(), self._warm, []
+        return [session, *warm] if session is not None else warm
+
     async def _close_session(self) -> None:
         session, self._session = self._session, None
+        warm, self._warm = self._warm, []
+        closing = [client.close() for client in warm]
         if session is not None:
-            await asyncio.shield(session.close())
+            closing.append(session.close())
+        if closing:
+            await asyncio.shield(asyncio.gather(*closing))
 
     async def start(self) -> EnvInfo:
         """Launch local servers (if any), wait for health, probe the transport, read metadata."""
@@ -732,17 +777,34 @@ class EnvHandle:
         else:
             assert target.url is not None
             urls = [split_base_url(target.url)[0]]
-        # three independent round trips, at once (the two reads never raise an EnvError)
+        # independent round trips, at once (the two reads never raise an EnvError)
         reads = asyncio.gather(
             _optional_json(self.http, urls[0], "/metadata"),
             _optional_json(self.http, urls[0], "/schema"),
         )
+        warming: asyncio.Task[list[EnvClient]] | None = None
+
+        def open_beside() -> None:  # the probe is slow: sessions are slow to open here
+            nonlocal warming
+            warming = asyncio.get_running_loop().create_task(self._open_warm(urls))
+
+        slow = (
+            asyncio.get_running_loop().call_later(SLOW_PROBE_S, open_beside)
+            if len(self.first_resets) > 1
+            else None
+        )
         try:
             transport, dialect, self._session = await _probe(
-                self.http, urls[0], headers=self.headers
+                self.http, urls[0], headers=self.headers, max_frame_bytes=self.max_frame_bytes
             )
         finally:
+            if slow is not None:
+                slow.cancel()
             metadata, schema = await reads
+            if warming is not None:
+                self._warm = await warming
+        if transport != "ws":
+            await self._close_session()
         action_schema = schema.get("action") if isinstance(schema, dict) else None
         action_schema = action_schema if isinstance(action_schema, dict) else None
         tools, discovery = await _tools_of(
@@ -750,6 +812,12 @@ class EnvHandle:
         )
         if not self.keep_session:
             await self._close_session()
+        elif self._session is not None and warming is not None:
+            try:
+                await self._session.send_reset(**self.first_resets[0])
+            except EnvError:
+                await self._session.close()
+                self._session = None
         self.info = EnvInfo(
             spec=target.spec,
             kind=target.kind,
@@ -765,6 +833,38 @@ class EnvHandle:
             provider=self.provider,
         )
         return self.info
+
+    async def _open_warm(self, urls: list[str]) -> list[EnvClient]:
+        """Open a session for each of ``first_resets`` but the first, and send its reset.
+
+        The first goes to ``urls[1]`` (the probe's is on ``urls[0]``), and so on round them.
+
+        Returns:
+            Those that sent it; a session that failed is closed (the pool opens another).
+        """
+        resets = self.first_resets[1:]
+        clients = [
+            EnvClient(
+                urls[(index + 1) % len(urls)],
+                connect_timeout=self.startup_timeout,
+                max_frame_bytes=self.max_frame_bytes,
+                headers=self.headers,
+            )
+            for index in range(len(resets))
+        ]
+        outcomes = await asyncio.gather(
+            *(client.send_reset(**reset) for client, reset in zip(clients, resets, strict=True)),
+            return_exceptions=True,
+        )
+        sent = []
+        for client, outcome in zip(clients, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                await client.close()
+                if not isinstance(outcome, Exception):
+                    raise outcome
+            else:
+                sent.append(client)
+        return sent
 
     def stop(self) -> None:
         """Stop every server this handle launched."""

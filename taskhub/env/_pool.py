@@ -19,6 +19,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -146,13 +147,16 @@ class SessionPool:
         candidates = [e for e in self.endpoints if e.has_room()]
         return min(candidates, key=lambda e: e.in_use) if candidates else None
 
-    def session(self, prefer: EnvSession | None = None) -> _Lease:
+    def session(
+        self, prefer: EnvSession | None = None, *, reset: dict[str, Any] | None = None
+    ) -> _Lease:
         """Hand out a session on the least busy server that has room, waiting for one.
 
         Use it as ``async with pool.session() as pooled``. An idle session of that server is
         reused when there is one, else a new one is opened (it connects on its first request).
         ``prefer``, when it is parked, is handed out first (the session that already sent this
-        episode's reset); other callers take it last.
+        episode's reset), then a parked session that sent ``reset`` (this episode's reset
+        payload) ahead; other callers take those last.
         On exit the session is parked for the next episode when the block ended normally or
         with an agent or model error, and closed otherwise. A ``CAPACITY_REACHED`` raised in
         the block lowers the server's learnt limit.
@@ -160,13 +164,15 @@ class SessionPool:
         Raises:
             RuntimeError: The pool is closed.
         """
-        return _Lease(self, prefer)
+        return _Lease(self, prefer, reset)
 
-    async def _acquire(self, prefer: EnvSession | None = None) -> PooledSession:
+    async def _acquire(
+        self, prefer: EnvSession | None = None, reset: dict[str, Any] | None = None
+    ) -> PooledSession:
         while True:
             if self._closed:
                 raise RuntimeError("the SessionPool is closed")
-            endpoint = self._parked_on(prefer) or self._pick()
+            endpoint = self._parked_on(prefer, reset) or self._pick()
             if endpoint is not None:
                 break
             waiter = asyncio.get_running_loop().create_future()
@@ -180,7 +186,7 @@ class SessionPool:
         dead: list[EnvClient] = []
         try:
             while endpoint.idle:
-                client, _ = endpoint.idle.pop(_take(endpoint.idle, prefer))
+                client, _ = endpoint.idle.pop(_take(endpoint.idle, prefer, reset))
                 if client.is_open:
                     return PooledSession(client, endpoint.url, True, endpoint)
                 dead.append(client)  # the server closed it while it was parked
@@ -198,13 +204,21 @@ class SessionPool:
         )
         return PooledSession(session, endpoint.url, False, endpoint)
 
-    def _parked_on(self, client: EnvSession | None) -> _Endpoint | None:
-        """The server ``client`` is parked on, if it is parked."""
-        if client is None:
-            return None
-        for endpoint in self.endpoints:
-            if any(parked is client for parked, _ in endpoint.idle):
-                return endpoint
+    def _parked_on(
+        self, client: EnvSession | None, reset: dict[str, Any] | None = None
+    ) -> _Endpoint | None:
+        """The server ``client`` is parked on, if it is parked.
+
+        Else the server of a parked session that sent ``reset`` ahead, if any.
+        """
+        if client is not None:
+            for endpoint in self.endpoints:
+                if any(parked is client for parked, _ in endpoint.idle):
+                    return endpoint
+        if reset is not None:
+            for endpoint in self.endpoints:
+                if any(parked.reset_ahead == reset for parked, _ in endpoint.idle):
+                    return endpoint
         return None
 
     async def adopt(self, client: EnvClient | None) -> bool:
@@ -347,15 +361,24 @@ class SessionPool:
         await asyncio.gather(*closing, *self._closing, return_exceptions=True)
 
 
-def _take(idle: list[tuple[EnvClient, float]], prefer: EnvSession | None) -> int:
+def _take(
+    idle: list[tuple[EnvClient, float]],
+    prefer: EnvSession | None,
+    reset: dict[str, Any] | None = None,
+) -> int:
     """The index of the parked session to hand out.
 
-    ``prefer``; else the most recently parked one that sent no reset ahead (that reset is
-    another episode's); else the most recently parked.
+    ``prefer``; else the most recently parked one that sent ``reset`` ahead; else the most
+    recently parked one that sent no reset ahead (that reset is another episode's); else the
+    most recently parked.
     """
     if prefer is not None:
         for index in range(len(idle) - 1, -1, -1):
             if idle[index][0] is prefer:
+                return index
+    if reset is not None:
+        for index in range(len(idle) - 1, -1, -1):
+            if idle[index][0].reset_ahead == reset:
                 return index
     for index in range(len(idle) - 1, -1, -1):
         if idle[index][0].reset_ahead is None:
@@ -366,15 +389,18 @@ def _take(idle: list[tuple[EnvClient, float]], prefer: EnvSession | None) -> int
 class _Lease:
     """One ``SessionPool.session()`` block (a class: it runs once per episode)."""
 
-    __slots__ = ("pool", "pooled", "prefer")
+    __slots__ = ("pool", "pooled", "prefer", "reset")
 
-    def __init__(self, pool: SessionPool, prefer: EnvSession | None) -> None:
+    def __init__(
+        self, pool: SessionPool, prefer: EnvSession | None, reset: dict[str, Any] | None
+    ) -> None:
         self.pool = pool
         self.prefer = prefer
+        self.reset = reset
         self.pooled: PooledSession | None = None
 
     async def __aenter__(self) -> PooledSession:
-        self.pooled = await self.pool._acquire(self.prefer)
+        self.pooled = await self.pool._acquire(self.prefer, self.reset)
         return self.pooled
 
     async def __aexit__(self, kind: type[BaseException] | None, *rest: object) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import taskhub.env._launch as launch
 from taskhub import (
     EnvCapacityError,
     EnvClosedError,
@@ -216,6 +217,19 @@ async def test_another_request_first_reads_and_drops_the_reset_sent_ahead(then: 
             assert client.reset_ahead is None
 
 
+async def test_a_reset_sent_before_its_episode_is_read_by_its_reset() -> None:
+    with FakeEnv() as env:
+        async with EnvClient(env.url) as client:
+            await client.send_reset(seed=4, episode_id="four")
+            assert client.reset_ahead == {"seed": 4, "episode_id": "four"}
+            first = await client.reset(seed=4, episode_id="four")
+            assert first.observation["question"] == "say 4" and client.reset_ahead is None
+            await client.send_reset(seed=5)
+            # another episode comes first: the reply is dropped, its own reset sent
+            assert (await client.reset(seed=6)).observation["question"] == "say 6"
+        assert _resets(env) == [{"seed": 4, "episode_id": "four"}, {"seed": 5}, {"seed": 6}]
+
+
 async def test_an_error_frame_answering_a_reset_sent_ahead() -> None:
     def reset(session, data):
         if data.get("seed") == 2:
@@ -302,6 +316,74 @@ async def test_the_probe_shakes_hands_with_the_env_headers_and_its_session_can_b
                     await session.close()
                 assert handle.take_session() is None
             assert env.sessions_opened == 1
+
+
+@pytest.mark.parametrize("slow", [True, False], ids=["slow-to-open", "fast"])
+async def test_a_slow_servers_first_sessions_open_and_reset_beside_the_probe(
+    slow: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a probe within SLOW_PROBE_S is a fast server's (raised here: a loaded machine is slow)
+    monkeypatch.setattr(launch, "SLOW_PROBE_S", 0.05 if slow else 60.0)
+    firsts = [{"seed": n, "episode_id": f"e{n}"} for n in (3, 4, 5)]
+    with FakeEnv(open_delay=0.3 if slow else 0.0) as env:
+        async with httpx.AsyncClient() as http:
+            async with EnvHandle.open(
+                env.url, http=http, keep_session=True, first_resets=firsts, max_frame_bytes=1 << 20
+            ) as handle:
+                sessions = handle.take_sessions()
+                if not slow:  # the probe's session only, reset by the probe alone
+                    assert len(sessions) == 1 and sessions[0].reset_ahead is None
+                    assert env.sessions_opened == 1
+                    await sessions[0].close()
+                    return
+                # opened while the probe's handshake waited, each sent its reset; the probe's
+                # session sent the first
+                assert [s.reset_ahead for s in sessions] == firsts
+                assert all(s.is_open and s.max_frame_bytes == 1 << 20 for s in sessions)
+                for session, first in zip(sessions, firsts, strict=True):
+                    assert (await session.reset(**first)).observation["question"] == (
+                        f"say {first['seed']}"
+                    )
+                    await session.close()
+                assert handle.take_sessions() == []
+            assert env.sessions_opened == 3
+            # the probe's own reset, then each first reset once
+            resets = _resets(env)
+            assert resets[0] == {} and sorted(resets[1:], key=lambda r: r["seed"]) == firsts
+            # without keep_session nothing is kept, and no session is opened for them
+            async with EnvHandle.open(env.url, http=http, first_resets=firsts) as handle:
+                assert handle.take_sessions() == []
+            assert env.sessions_opened == 4
+
+
+async def test_sessions_opened_beside_a_slow_probe_of_an_http_server_are_dropped() -> None:
+    with FakeEnv(ws=False, open_delay=0.2) as env:
+        async with httpx.AsyncClient() as http:
+            firsts = [{"seed": 1}, {"seed": 2}]
+            async with EnvHandle.open(
+                env.url, http=http, keep_session=True, first_resets=firsts
+            ) as handle:
+                assert handle.info is not None and handle.info.transport == "http"
+                assert handle.take_sessions() == []
+
+
+async def test_a_first_reset_beyond_the_servers_capacity_answers_with_the_refusal() -> None:
+    with FakeEnv(capacity=1, open_delay=0.2) as env:
+        async with httpx.AsyncClient() as http:
+            firsts = [{"seed": 1}, {"seed": 2}]
+            async with EnvHandle.open(
+                env.url, http=http, keep_session=True, first_resets=firsts
+            ) as handle:
+                sessions = handle.take_sessions()
+                refused = 0
+                for session, first in zip(sessions, firsts, strict=False):
+                    try:
+                        await session.reset(**first)
+                    except EnvCapacityError:  # the pool learns the limit from it
+                        refused += 1
+                    await session.close()
+                # the server took one of the two, whichever came first
+                assert len(sessions) - refused == 1
 
 
 async def test_a_kept_probe_session_nobody_took_closes_with_the_handle() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import taskhub.env._launch as launch
 from taskhub import (
     AgentFormatError,
     EnvExecutionError,
@@ -151,6 +152,26 @@ async def test_the_session_that_sent_a_reset_ahead_goes_to_its_episode() -> None
                 assert mine.session is ahead and mine.reused
                 assert (await ahead.reset(seed=7)).observation["question"] == "say 7"
             assert env.sessions_opened == 2
+
+
+async def test_a_session_that_sent_an_episodes_reset_goes_to_that_episode() -> None:
+    with FakeEnv() as env:
+        async with httpx.AsyncClient() as http, _pool(env.url, http) as pool:
+            sessions = [EnvClient(env.url, max_frame_bytes=1 << 20) for _ in range(3)]
+            for seed, session in enumerate(sessions):  # opened before the run, each reset
+                await session.send_reset(seed=seed)
+                assert await pool.adopt(session)
+            for seed in (1, 0, 2):  # whatever order the episodes start in
+                async with pool.session(reset={"seed": seed}) as pooled:
+                    assert pooled.session is sessions[seed]
+                    assert (await pooled.session.reset(seed=seed)).observation["question"] == (
+                        f"say {seed}"
+                    )
+            assert env.sessions_opened == 3 and len(_resets_of(env)) == 3
+
+
+def _resets_of(env: FakeEnv) -> list[dict]:
+    return [frame["data"] for frame in env.frames if frame["type"] == "reset"]
 
 
 async def test_parked_sessions_expire_and_free_the_server() -> None:
@@ -411,6 +432,9 @@ def test_an_episode_whose_last_step_is_known_sends_the_next_reset_with_it(
         return await reset(self, **kwargs)
 
     monkeypatch.setattr(EnvClient, "reset", watched_reset)
+    # the first sessions open as the episodes start, not beside the probe (a loaded machine
+    # can make a loopback probe slow)
+    monkeypatch.setattr(launch, "SLOW_PROBE_S", 60.0)
     with FakeEnv() as env:
         result = evaluate(
             EvalConfig(
@@ -432,6 +456,38 @@ def test_an_episode_whose_last_step_is_known_sends_the_next_reset_with_it(
     assert resets[0] is None and sorted(resets[1:]) == list(range(12))  # the probe's, then one each
     # the probe's reset and each worker's first were sent alone; the other 9 went ahead
     assert read_ahead.count(True) == 9 and len(read_ahead) == 13
+
+
+def test_a_slow_to_open_env_gets_its_first_sessions_and_resets_while_it_is_probed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taskset = write_taskset(tmp_path / "ts", 8)
+    read_ahead: list[bool] = []
+    reset = EnvClient.reset
+
+    async def watched_reset(self: EnvClient, **kwargs: object) -> object:
+        read_ahead.append(self.reset_ahead == kwargs)
+        return await reset(self, **kwargs)
+
+    monkeypatch.setattr(EnvClient, "reset", watched_reset)
+    records = {}
+    with FakeEnv(open_delay=0.2) as env:
+        for fresh in (False, True):
+            config = EvalConfig(
+                model="scripted/oracle",
+                taskset=str(taskset),
+                env=env.url,
+                concurrency=4,
+                fresh_session=fresh,
+            )
+            result = evaluate(config, output_dir=tmp_path / str(fresh))
+            records[fresh] = sorted(read_results(result.run_dir), key=lambda r: r.key())
+            if not fresh:
+                assert env.sessions_opened == 4  # the probe's and 3 beside it, all played on
+                # the probe's reset, then the 4 workers' first episodes read what was sent
+                assert read_ahead[1:5] == [True] * 4 and read_ahead.count(True) == 4
+    assert [stable(r) for r in records[False]] == [stable(r) for r in records[True]]
+    assert all(r.outcome == "scored" and r.attempts == 1 for r in records[False])
 
 
 def test_a_run_frees_the_sessions_its_last_episodes_do_not_need(tmp_path: Path) -> None:
