@@ -786,6 +786,12 @@ class EnvHandle:
 
         def open_beside() -> None:  # the probe is slow: sessions are slow to open here
             nonlocal warming
+            logger.info(
+                "%s: no answer to the probe within %g s; opening %d more sessions beside it",
+                urls[0],
+                SLOW_PROBE_S,
+                len(self.first_resets) - 1,
+            )
             warming = asyncio.get_running_loop().create_task(self._open_warm(urls))
 
         slow = (
