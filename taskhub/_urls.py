@@ -21,6 +21,10 @@ _SECRET_PARAM = re.compile(
     re.IGNORECASE,
 )
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>`]+")
+#: What ends a sentence or a clause after a URL in text (``URL: message``), not the URL's.
+_TRAILING = ".,;:!?)]}"
+#: The userinfo of a URL, for a URL ``urlsplit`` cannot read.
+_USERINFO = re.compile(r"(://)[^/@\s]*@")
 
 
 def is_secret_param(name: str) -> bool:
@@ -37,8 +41,8 @@ def redact_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError:  # not a URL, or a port that is not a number
-        return url
+    except ValueError:  # not a URL, or a port that is not a number: no userinfo, whatever it is
+        return _USERINFO.sub(r"\1", url)
     if not parts.scheme or not parts.netloc:
         return url
     netloc = parts.netloc
@@ -69,7 +73,17 @@ def redact_optional_url(url: str | None) -> str | None:
 
 
 def redact_urls_in(text: str) -> str:
-    """Return ``text`` with every URL in it passed through ``redact_url``."""
+    """Return ``text`` with every URL in it passed through ``redact_url``.
+
+    Punctuation right after a URL (``http://u:pw@host:8000: no answer``) is the text's, not the
+    URL's: it is left out of what is redacted, and kept.
+    """
     if "://" not in text:
         return text
-    return _URL.sub(lambda match: redact_url(match.group(0)), text)
+    return _URL.sub(_redact_match, text)
+
+
+def _redact_match(match: re.Match[str]) -> str:
+    url = match.group(0)
+    bare = url.rstrip(_TRAILING)
+    return redact_url(bare) + url[len(bare) :]

@@ -32,6 +32,7 @@ from taskhub import (
 )
 from taskhub._cli import app
 from taskhub._templates import Templates
+from taskhub._urls import redact_urls_in
 from taskhub.training import TrainingEnv
 from tests.servers import (
     CLOSE,
@@ -365,6 +366,25 @@ def test_credentials_in_every_input_are_never_written(tmp_path: Path, hostile_en
         text = path.read_bytes().decode("utf-8", "replace")
         for secret in PLANTED:
             assert secret not in text, f"{secret} leaked into {path}"
+
+
+@pytest.mark.parametrize(
+    ("text", "clean"),
+    [
+        (  # a log line's "URL: message", the colon right after the port
+            "http://envuser:PLANTED1@127.0.0.1:8000: no answer within 0.05 s",
+            "http://127.0.0.1:8000: no answer within 0.05 s",
+        ),
+        (
+            "see http://u:PLANTED2@host/v1?api_key=PLANTED3.",
+            "see http://host/v1?api_key=[REDACTED].",
+        ),
+        ("(at ws://u:PLANTED4@host:81/ws), then", "(at ws://host:81/ws), then"),
+        ("http://u:PLANTED5@host:notaport/x", "http://host:notaport/x"),  # unreadable: no userinfo
+    ],
+)
+def test_credentials_in_a_url_followed_by_punctuation_are_taken_out(text: str, clean: str) -> None:
+    assert redact_urls_in(text) == clean
 
 
 # --- one writer per run; one record per episode; --retry infra -------------------------------
