@@ -39,16 +39,9 @@ from websockets.asyncio.client import connect
 
 from taskhub import EvalConfig, Task, evaluate_async, load_taskset
 from taskhub.env import builtin_envs, launch_server, wait_healthy
+from taskhub.env._spawn import free_port
 
 TARGET = 7.0
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def serve_model(port: int, delay_s: float) -> None:

@@ -36,16 +36,9 @@ import httpx
 import taskhub.env._launch as launch
 from taskhub import EvalConfig, evaluate_async
 from taskhub.env import builtin_envs, launch_server, wait_healthy
+from taskhub.env._spawn import free_port
 
 DEFAULT_SLOW_PROBE_S = launch.SLOW_PROBE_S
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def proxy(port: int, upstream: int, one_way_s: float) -> None:

@@ -213,11 +213,11 @@ class SessionPool:
         """
         if client is not None:
             for endpoint in self.endpoints:
-                if any(parked is client for parked, _ in endpoint.idle):
+                if _index_of(endpoint.idle, client) is not None:
                     return endpoint
         if reset is not None:
             for endpoint in self.endpoints:
-                if any(parked.reset_ahead == reset for parked, _ in endpoint.idle):
+                if _index_sent(endpoint.idle, reset) is not None:
                     return endpoint
         return None
 
@@ -372,18 +372,31 @@ def _take(
     recently parked one that sent no reset ahead (that reset is another episode's); else the
     most recently parked.
     """
-    if prefer is not None:
-        for index in range(len(idle) - 1, -1, -1):
-            if idle[index][0] is prefer:
-                return index
-    if reset is not None:
-        for index in range(len(idle) - 1, -1, -1):
-            if idle[index][0].reset_ahead == reset:
-                return index
+    index = _index_of(idle, prefer) if prefer is not None else None
+    if index is None and reset is not None:
+        index = _index_sent(idle, reset)
+    if index is None:
+        index = _index_sent(idle, None)
+    return -1 if index is None else index
+
+
+def _index_of(idle: list[tuple[EnvClient, float]], client: EnvSession) -> int | None:
+    """The index of ``client`` among the parked sessions, None when it is not parked."""
     for index in range(len(idle) - 1, -1, -1):
-        if idle[index][0].reset_ahead is None:
+        if idle[index][0] is client:
             return index
-    return -1
+    return None
+
+
+def _index_sent(idle: list[tuple[EnvClient, float]], reset: dict[str, Any] | None) -> int | None:
+    """The index of the most recently parked session that sent ``reset`` ahead.
+
+    ``reset`` None: one that sent none. None when there is no such session.
+    """
+    for index in range(len(idle) - 1, -1, -1):
+        if idle[index][0].reset_ahead == reset:
+            return index
+    return None
 
 
 class _Lease:

@@ -420,18 +420,24 @@ async def test_a_reference_env_session_is_reset_again(
         assert firsts[0] == firsts[1] == firsts[2]
 
 
-def test_an_episode_whose_last_step_is_known_sends_the_next_reset_with_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    taskset = write_taskset(tmp_path / "ts", 12)
-    read_ahead: list[bool] = []
+@pytest.fixture
+def read_ahead(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each ``EnvClient.reset`` found its reply sent ahead, in order."""
+    seen: list[bool] = []
     reset = EnvClient.reset
 
     async def watched_reset(self: EnvClient, **kwargs: object) -> object:
-        read_ahead.append(self.reset_ahead == kwargs)
+        seen.append(self.reset_ahead == kwargs)
         return await reset(self, **kwargs)
 
     monkeypatch.setattr(EnvClient, "reset", watched_reset)
+    return seen
+
+
+def test_an_episode_whose_last_step_is_known_sends_the_next_reset_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_ahead: list[bool]
+) -> None:
+    taskset = write_taskset(tmp_path / "ts", 12)
     # the first sessions open as the episodes start, not beside the probe (a loaded machine
     # can make a loopback probe slow)
     monkeypatch.setattr(launch, "SLOW_PROBE_S", 60.0)
@@ -459,17 +465,9 @@ def test_an_episode_whose_last_step_is_known_sends_the_next_reset_with_it(
 
 
 def test_a_slow_to_open_env_gets_its_first_sessions_and_resets_while_it_is_probed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, read_ahead: list[bool]
 ) -> None:
     taskset = write_taskset(tmp_path / "ts", 8)
-    read_ahead: list[bool] = []
-    reset = EnvClient.reset
-
-    async def watched_reset(self: EnvClient, **kwargs: object) -> object:
-        read_ahead.append(self.reset_ahead == kwargs)
-        return await reset(self, **kwargs)
-
-    monkeypatch.setattr(EnvClient, "reset", watched_reset)
     records = {}
     with FakeEnv(open_delay=0.2) as env:
         for fresh in (False, True):
