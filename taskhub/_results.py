@@ -219,16 +219,33 @@ def _report_dropped(path: Path, duplicates: int, retried: int) -> None:
 
 
 def repair_results(path: Path) -> int:
-    """Cut a torn last line off ``episodes.jsonl`` before appending to it; return bytes cut."""
+    """Cut a torn last line off ``episodes.jsonl`` before appending to it; return bytes cut.
+
+    Reads the file from its end, as far back as its last line break: a run of a million
+    episodes is not read whole to repair it.
+    """
     if not path.is_file():
         return 0
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return 0
-    keep = data.rfind(b"\n") + 1
     with path.open("r+b") as f:
-        f.truncate(keep)
-    return len(data) - keep
+        end = f.seek(0, os.SEEK_END)
+        position = end
+        while position > 0:
+            start = max(0, position - _TAIL_BYTES)
+            f.seek(start)
+            found = f.read(position - start).rfind(b"\n")
+            if found >= 0:
+                keep = start + found + 1
+                break
+            position = start
+        else:
+            keep = 0
+        if keep < end:
+            f.truncate(keep)
+    return end - keep
+
+
+#: How much of a results file ``repair_results`` reads at a time, from its end.
+_TAIL_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -466,53 +483,97 @@ SUMMARY_COLUMNS = (
 )
 
 
-def _summary_table(records: Sequence[EpisodeRecord] | pyarrow.Table) -> pyarrow.Table:
-    """The columns ``summarize`` reads, from records or a results table."""
+def summary_values(record: EpisodeRecord) -> tuple[Any, ...]:
+    """The values of ``record`` in ``SUMMARY_COLUMNS``, in their order."""
+    usage = record.usage
+    return (
+        record.task_id,
+        record.outcome,
+        record.reward,
+        record.success,
+        record.num_steps,
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.calls,
+        usage.cache_hits,
+        usage.cache_misses,
+        record.duration_s,
+        record.model_time_s,
+        record.queue_time_s,
+        [
+            {"name": c.name, "value": c.value, "weight": c.weight, "gate": c.gate, "error": c.error}
+            for c in record.reward_components
+        ],
+    )
+
+
+def _values_table(rows: Sequence[tuple[Any, ...]]) -> pyarrow.Table:
+    """A table of ``SUMMARY_COLUMNS`` from rows of ``summary_values``."""
     import pyarrow as pa
 
     from taskhub._results_table import results_schema
 
     schema = results_schema(SUMMARY_COLUMNS)
-    if not isinstance(records, Sequence):
-        missing = [c for c in SUMMARY_COLUMNS if c not in records.column_names]
-        if missing:
-            raise ValueError(
-                f"summarize needs the columns {list(SUMMARY_COLUMNS)} of a results table; this "
-                f"one lacks {missing}: read it with read_results_table(path, "
-                "columns=SUMMARY_COLUMNS)"
-            )
-        return records.select(list(SUMMARY_COLUMNS)).cast(schema)
-    return pa.Table.from_pydict(
-        {
-            "task_id": [r.task_id for r in records],
-            "outcome": [r.outcome for r in records],
-            "reward": [r.reward for r in records],
-            "success": [r.success for r in records],
-            "num_steps": [r.num_steps for r in records],
-            "prompt_tokens": [r.usage.prompt_tokens for r in records],
-            "completion_tokens": [r.usage.completion_tokens for r in records],
-            "model_calls": [r.usage.calls for r in records],
-            "cache_hits": [r.usage.cache_hits for r in records],
-            "cache_misses": [r.usage.cache_misses for r in records],
-            "duration_s": [r.duration_s for r in records],
-            "model_time_s": [r.model_time_s for r in records],
-            "queue_time_s": [r.queue_time_s for r in records],
-            "reward_components": [
-                [
-                    {
-                        "name": c.name,
-                        "value": c.value,
-                        "weight": c.weight,
-                        "gate": c.gate,
-                        "error": c.error,
-                    }
-                    for c in r.reward_components
-                ]
-                for r in records
-            ],
-        },
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(SUMMARY_COLUMNS)
+    return pa.Table.from_arrays(
+        [pa.array(column, type=f.type) for column, f in zip(columns, schema, strict=True)],
         schema=schema,
     )
+
+
+def _summary_table(records: Sequence[EpisodeRecord] | pyarrow.Table) -> pyarrow.Table:
+    """The columns ``summarize`` reads, from records or a results table."""
+    from taskhub._results_table import results_schema
+
+    if isinstance(records, Sequence):
+        return _values_table([summary_values(r) for r in records])
+    missing = [c for c in SUMMARY_COLUMNS if c not in records.column_names]
+    if missing:
+        raise ValueError(
+            f"summarize needs the columns {list(SUMMARY_COLUMNS)} of a results table; this "
+            f"one lacks {missing}: read it with read_results_table(path, "
+            "columns=SUMMARY_COLUMNS)"
+        )
+    return records.select(list(SUMMARY_COLUMNS)).cast(results_schema(SUMMARY_COLUMNS))
+
+
+class SummaryColumns:
+    """What ``summarize`` reads of records that come one at a time, kept as Arrow columns.
+
+    A run adds each record as it ends: a million take about 100 MB here, where the records
+    themselves, even without their trajectories, would take gigabytes.
+    """
+
+    #: Records kept as Python values before they join the Arrow blocks.
+    BLOCK = 8192
+
+    def __init__(self, table: pyarrow.Table | None = None) -> None:
+        """Start from ``table`` (a results table with ``SUMMARY_COLUMNS``), or from nothing."""
+        self._blocks = [] if table is None or not table.num_rows else [_summary_table(table)]
+        self._rows: list[tuple[Any, ...]] = []
+
+    def append(self, record: EpisodeRecord) -> None:
+        """Add the values of ``record``."""
+        self._rows.append(summary_values(record))
+        if len(self._rows) >= self.BLOCK:
+            self._seal()
+
+    def table(self) -> pyarrow.Table:
+        """Every record added so far, as ``summarize`` reads them."""
+        import pyarrow as pa
+
+        self._seal()
+        if not self._blocks:
+            return _values_table([])
+        return self._blocks[0] if len(self._blocks) == 1 else pa.concat_tables(self._blocks)
+
+    def __len__(self) -> int:
+        return sum(int(block.num_rows) for block in self._blocks) + len(self._rows)
+
+    def _seal(self) -> None:
+        if self._rows:
+            self._blocks.append(_values_table(self._rows))
+            self._rows = []
 
 
 def summarize(

@@ -285,13 +285,18 @@ class TaskRows(Sequence[Task]):
         task_ids: list[str],
         digests: bytes,
         positions: Sequence[int] | None = None,
+        rewards: dict[int, tuple[str, ...]] | None = None,
     ) -> None:
-        """Rows ``positions`` (all by default) of ``source``, with their sha256 digests."""
+        """Rows ``positions`` (all by default) of ``source``, with their sha256 digests.
+
+        ``rewards``: the reward specs of the rows that name any, by position.
+        """
         self.split = split
         self._source = source
         self._ids = task_ids
         self._digests = digests
         self._positions = positions
+        self._rewards = rewards or {}
 
     def __len__(self) -> int:
         """The number of rows."""
@@ -311,7 +316,9 @@ class TaskRows(Sequence[Task]):
         if isinstance(index, slice):
             picked = range(len(self))[index]
             positions = [self._position(i) for i in picked]
-            return TaskRows(self.split, self._source, self._ids, self._digests, positions)
+            return TaskRows(
+                self.split, self._source, self._ids, self._digests, positions, self._rewards
+            )
         if not -len(self) <= index < len(self):
             raise IndexError(f"split {self.split!r} has {len(self)} rows, not row {index}")
         position = self._position(index % len(self))
@@ -353,6 +360,22 @@ class TaskRows(Sequence[Task]):
             return self._ids
         return [self._ids[p] for p in self._positions]
 
+    def row_rewards(self) -> Iterator[tuple[int, str, tuple[str, ...]]]:
+        """``(index, task_id, rewards)`` of each row that names reward specs, in order.
+
+        Read when the split was loaded: no ``Task`` is built.
+        """
+        if not self._rewards:
+            return
+        if self._positions is None:
+            for position, specs in sorted(self._rewards.items()):
+                yield position, self._ids[position], specs
+            return
+        for index, position in enumerate(self._positions):
+            named = self._rewards.get(position)
+            if named:
+                yield index, self._ids[position], named
+
     def content_hash(self, index: int) -> str:
         """``Task.content_hash`` of row ``index``, computed when the split was loaded."""
         start = self._position(index) * _DIGEST
@@ -380,6 +403,19 @@ class TaskRows(Sequence[Task]):
             lines[:, :-1] = np.frombuffer(hexed, dtype=np.uint8).reshape(-1, 2 * _DIGEST)
             lines[:, -1] = ord("\n")
             yield lines.tobytes()
+
+
+def row_rewards(tasks: Sequence[Task]) -> Iterator[tuple[int, str, tuple[str, ...]]]:
+    """``(index, task_id, rewards)`` of each task that names reward specs, in order.
+
+    ``TaskRows`` give them without a ``Task`` built; other sequences are read task by task.
+    """
+    if isinstance(tasks, TaskRows):
+        yield from tasks.row_rewards()
+        return
+    for index, task in enumerate(tasks):
+        if task.rewards:
+            yield index, task.task_id, tuple(task.rewards)
 
 
 class _Source:
@@ -450,6 +486,8 @@ class _LinesFile:
     """Each row's line number (from 1; blank lines hold no row)."""
     task_ids: list[str]
     digests: bytes
+    rewards: dict[int, tuple[str, ...]]
+    """The reward specs of the rows that name any, by row."""
 
 
 def jsonl_rows(split: str, paths: Sequence[Path]) -> TaskRows | None:
@@ -465,7 +503,12 @@ def jsonl_rows(split: str, paths: Sequence[Path]) -> TaskRows | None:
             where.add(path.name, lines.numbers)
     ids = files[0].task_ids if len(files) == 1 else [i for f in files for i in f.task_ids]
     digests = b"".join(lines.digests for lines in files)
-    return TaskRows(split, _Lines(files, where), ids, digests)
+    rewards: dict[int, tuple[str, ...]] = {}
+    before = 0
+    for lines in files:
+        rewards.update((before + row, specs) for row, specs in lines.rewards.items())
+        before += len(lines.task_ids)
+    return TaskRows(split, _Lines(files, where), ids, digests, rewards=rewards)
 
 
 def _jsonl_file(data: bytes) -> _LinesFile | None:
@@ -482,7 +525,9 @@ def _jsonl_file(data: bytes) -> _LinesFile | None:
     decoder = _Decoder()
     view = np.frombuffer(data, dtype=np.uint8)
     buffer = memoryview(data)
-    starts, ends, numbers, ids, digests = [], [], [], [], []
+    starts, ends, numbers, digests = [], [], [], []
+    ids: list[str] = []
+    rewards: dict[int, tuple[str, ...]] = {}
     lines_before = 0
     start = 0
     while start < len(data):
@@ -503,6 +548,10 @@ def _jsonl_file(data: bytes) -> _LinesFile | None:
         if decoded is None or len(decoded[0]) != len(chunk_starts):  # or two rows on a line
             return None
         rows, texts = decoded
+        for index, row in enumerate(rows):
+            if row.rewards:  # a list, or one spec as a string
+                specs = row.rewards
+                rewards[len(ids) + index] = (specs,) if isinstance(specs, str) else tuple(specs)
         ids.extend([row.task_id for row in rows])
         digests.append(b"".join([sha256(text).digest() for text in texts]))
         starts.append(chunk_starts)
@@ -518,6 +567,7 @@ def _jsonl_file(data: bytes) -> _LinesFile | None:
         np.concatenate(numbers) if numbers else empty,
         ids,
         b"".join(digests),
+        rewards,
     )
 
 
@@ -674,7 +724,12 @@ def parquet_rows(split: str, paths: Sequence[Path]) -> TaskRows | None:
         sha256_each(row_texts(table.slice(start, _TEXT_BATCH)))
         for start in range(0, table.num_rows, _TEXT_BATCH)
     ]
-    return TaskRows(split, _Table(table, where), ids, b"".join(digests))
+    rewards: dict[int, tuple[str, ...]] = {}
+    if "rewards" in table.column_names:
+        for index, specs in enumerate(table["rewards"].to_pylist()):
+            if specs:
+                rewards[index] = (specs,) if isinstance(specs, str) else tuple(specs)
+    return TaskRows(split, _Table(table, where), ids, b"".join(digests), rewards=rewards)
 
 
 def _columns_fit(table: pyarrow.Table) -> bool:

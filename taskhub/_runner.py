@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import httpx
 from pydantic import SecretStr
@@ -49,15 +49,18 @@ from taskhub._executor import EpisodeJob, Executor
 from taskhub._lock import RunLock
 from taskhub._results import (
     EPISODES,
+    SUMMARY_COLUMNS,
     ResultsWriter,
     RunSummary,
+    SummaryColumns,
     read_manifest,
-    read_results,
     repair_results,
     summarize,
     write_manifest,
 )
+from taskhub._results_table import read_results_table
 from taskhub._rewards import BoundReward, RewardSet
+from taskhub._rows import row_rewards
 from taskhub._schema import (
     EnvInfo,
     EpisodeRecord,
@@ -82,6 +85,10 @@ from taskhub.env._launch import EnvHandle, LocalServer
 from taskhub.env._pool import SessionPool
 from taskhub.models._base import ModelBackend, ModelOptions, load_model, split_model_spec
 from taskhub.models._cache import CachedModel
+
+if TYPE_CHECKING:
+    import numpy
+    import pyarrow
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +150,15 @@ class RunResult:
     manifest: RunManifest
     summary: RunSummary
 
+    def __repr__(self) -> str:
+        """A line: the run's folder, status and counts (a summary can hold a million tasks)."""
+        summary = self.summary
+        return (
+            f"RunResult(run_dir={str(self.run_dir)!r}, status={self.manifest.status!r}, "
+            f"n_episodes={summary.n_episodes}, n_tasks={summary.n_tasks}, "
+            f"mean_reward={summary.mean_reward!r})"
+        )
+
 
 def _slug(text: str, size: int = 32) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:size] or "x"
@@ -173,19 +189,52 @@ class _Plan:
     run_dir: Path
     rewards: RewardSet
     task_rewards: dict[str, list[BoundReward]]
+    """The rewards of the tasks that name their own (and no ``--reward`` overrides them)."""
+    default_rewards: list[BoundReward]
+    """The rewards of every other task: ``--reward``'s, else the card's."""
     templates: Templates
     success_threshold: float
     manifest: RunManifest | None = None
-    done: set[tuple[str, int]] = field(default_factory=set)
-    previous: list[EpisodeRecord] = field(default_factory=list)
+    done: numpy.ndarray[Any, Any] | None = None
+    """For a resume, whether each episode has a record: ``done[task_index * samples + sample]``."""
+    previous: pyarrow.Table | None = None
+    """What ``summarize`` reads of the episodes played before a resume (``SUMMARY_COLUMNS``)."""
     task_hashes: dict[str, str] = field(default_factory=dict)
     """Content hashes of the tasks played lately (their other samples reuse them)."""
 
+    def rewards_of(self, task_id: str) -> list[BoundReward]:
+        """The rewards an episode of ``task_id`` is scored with."""
+        return self.task_rewards.get(task_id, self.default_rewards)
+
+    def reward_lists(self) -> list[list[BoundReward]]:
+        """Each distinct list of rewards the run's tasks are scored with."""
+        lists = {tuple(b.spec.text for b in specs): specs for specs in self.task_rewards.values()}
+        if len(self.task_rewards) < len(self.tasks):
+            lists.setdefault(tuple(b.spec.text for b in self.default_rewards), self.default_rewards)
+        return list(lists.values())
+
     def items(self) -> Iterator[tuple[Task, int]]:
-        for task in self.tasks:
-            for sample in range(self.config.samples):
-                if (task.task_id, sample) not in self.done:
+        """The episodes to play: each task's samples, but those ``done``."""
+        samples = self.config.samples
+        if self.done is None:
+            for task in self.tasks:
+                for sample in range(samples):
                     yield task, sample
+            return
+        # a resume: only the tasks with an episode left are built (a run of a million episodes
+        # is mostly done, and a Task costs more than finding them)
+        import numpy as np
+
+        done = self.done.reshape(len(self.tasks), samples)
+        for index in np.flatnonzero(~done.all(axis=1)).tolist():
+            task = self.tasks[index]
+            for sample in np.flatnonzero(~done[index]).tolist():
+                yield task, sample
+
+    @property
+    def n_done(self) -> int:
+        """Episodes that have a record already (a resume's)."""
+        return 0 if self.done is None else int(self.done.sum())
 
     @property
     def n_planned(self) -> int:
@@ -279,10 +328,18 @@ def _plan(config: EvalConfig, taskset: Taskset, run_dir: Path, run_id: str) -> _
     for item in trusted:
         logger.warning("running code of taskset %s (trusted): %s", taskset.name, item)
     rewards = RewardSet()
-    task_rewards = {
-        task.task_id: rewards.resolve(config.rewards or task.rewards or taskset.card.rewards)
-        for task in tasks
-    }
+    # the tasks with rewards of their own, read without a Task built per row (a million rows)
+    task_rewards = (
+        {}
+        if config.rewards
+        else {task_id: rewards.resolve(specs) for _, task_id, specs in row_rewards(tasks)}
+    )
+    # every other task's (resolved only when one has none of its own: the run lists it)
+    default_rewards = (
+        rewards.resolve(config.rewards or taskset.card.rewards)
+        if len(task_rewards) < len(tasks)
+        else []
+    )
     threshold = (
         config.success_threshold
         if config.success_threshold is not None
@@ -297,6 +354,7 @@ def _plan(config: EvalConfig, taskset: Taskset, run_dir: Path, run_id: str) -> _
         run_dir=run_dir,
         rewards=rewards,
         task_rewards=task_rewards,
+        default_rewards=default_rewards,
         templates=Templates.from_card(taskset.card, own=taskset.ref.kind == "builtin"),
         success_threshold=threshold,
     )
@@ -402,9 +460,9 @@ class _Runner:
         self.toolbox: Toolbox | None = None
         self.stop_reason: str | None = None
         self.fatal: BaseException | None = None
-        # What the summary needs of every record (earlier sessions' too), without trajectories:
-        # the file is not read again at the end of a long run.
-        self.rows = [summary_row(r) for r in plan.previous]
+        # What the summary needs of every record (earlier sessions' too), as columns: the file
+        # is not read again at the end of a long run, nor a record per episode held till then.
+        self.rows = SummaryColumns(plan.previous)
 
     def env_spec(self) -> str:
         return env_spec(self.config, self.plan.taskset)
@@ -520,7 +578,7 @@ class _Runner:
         repair_results(plan.run_dir / EPISODES)
         self.writer = ResultsWriter(plan.run_dir / EPISODES)
         if self.progress:
-            self.progress.start(plan.n_planned, len(plan.done))
+            self.progress.start(plan.n_planned, plan.n_done)
 
     def join(self, env_info: EnvInfo) -> None:
         """Another worker's env is up: its URLs are added to the run's (and to ``run.json``)."""
@@ -556,7 +614,6 @@ class _Runner:
             self.fatal = exc
             self.stop_reason = str(exc)
             return
-        record = summary_row(record)
         self.rows.append(record)
         logger.info(
             "episode %s#%d: %s reward=%s steps=%d",
@@ -608,7 +665,7 @@ class _Runner:
                 write_manifest(plan.run_dir, self._manifest(provider, name, status))
         manifest = read_manifest(plan.run_dir)
         summary = summarize(
-            self.rows, n_planned=plan.n_planned, comparability=manifest.comparability
+            self.rows.table(), n_planned=plan.n_planned, comparability=manifest.comparability
         )
         return RunResult(plan.run_dir, manifest, summary)
 
@@ -679,8 +736,7 @@ class _Runner:
             executor=self.executor.info if self.executor else ExecutorInfo(),
         )
         # Distinct spec lists only: a taskset of 100k rows names a handful.
-        lists = {tuple(b.spec.text for b in specs): specs for specs in plan.task_rewards.values()}
-        rewards, total = reward_infos(list(lists.values()))
+        rewards, total = reward_infos(plan.reward_lists())
         manifest.comparability = build_comparability(manifest, rewards, total)
         return manifest
 
@@ -783,7 +839,7 @@ class _Runner:
             attempts=played.attempts,
             started_at=played.started_at,
             duration=played.duration,
-            rewards=plan.task_rewards[played.episode.task.task_id],
+            rewards=plan.rewards_of(played.episode.task.task_id),
             success_threshold=plan.success_threshold,
         )
 
@@ -1122,6 +1178,9 @@ async def resume_async(
         ResultsError: ``run_dir`` is not a run directory, the taskset changed, or another
             process is writing the run.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     run_dir = Path(run_dir)
     unknown = sorted(set(retry) - set(RETRY_OUTCOMES))
     if unknown:
@@ -1151,17 +1210,24 @@ async def resume_async(
     with RunLock(run_dir):  # read what is done only once no other writer can add to it
         manifest = read_manifest(run_dir)
         repair_results(run_dir / EPISODES)
-        previous = read_results(run_dir)
-        plan.previous = [r for r in previous if r.outcome not in retry_outcomes]
-        plan.done = {r.key() for r in plan.previous}
-        if len(plan.previous) < len(previous):
+        # a column per summary field, not a record per episode: a million-episode run resumes
+        previous = read_results_table(run_dir, columns=(*SUMMARY_COLUMNS, "sample"))
+        again = pc.is_in(
+            previous["outcome"], value_set=pa.array(sorted(retry_outcomes), pa.string())
+        )
+        plan.previous = previous.filter(pc.invert(again))
+        plan.done = _done(plan, plan.previous)
+        if plan.previous.num_rows < previous.num_rows:
             logger.info(
                 "resume %s: running %d episode(s) again (%s); their earlier records stay as "
                 "history and are not counted",
                 run_dir,
-                len(previous) - len(plan.previous),
+                previous.num_rows - plan.previous.num_rows,
                 ", ".join(sorted(retry)),
             )
+        del previous, again
+        # what reading a million records took, Arrow's allocator keeps unless told (~0.3 GB)
+        pa.default_memory_pool().release_unused()
         if manifest.status == "completed" and not any(True for _ in plan.items()):
             logger.info("run %s is complete: nothing to resume", manifest.run_id)
             summary = summarize(
@@ -1179,6 +1245,24 @@ async def resume_async(
                 executor=executor,
             )
             return await runner.run()
+
+
+def _done(plan: _Plan, previous: pyarrow.Table) -> numpy.ndarray[Any, Any]:
+    """Which of ``plan``'s episodes have a record in ``previous`` (``_Plan.done``)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    samples = plan.config.samples
+    ids = getattr(plan.tasks, "task_ids", None) or [task.task_id for task in plan.tasks]
+    done = np.zeros(len(ids) * samples, dtype=bool)
+    task = pc.index_in(previous["task_id"], value_set=pa.array(ids, pa.string()))
+    task = pc.fill_null(task, -1).to_numpy(zero_copy_only=False)
+    sample = pc.fill_null(previous["sample"], -1).to_numpy(zero_copy_only=False)
+    # a record of a task or sample the plan does not hold (another --limit) counts for nothing
+    planned = (task >= 0) & (sample >= 0) & (sample < samples)
+    done[task[planned] * samples + sample[planned]] = True
+    return done
 
 
 def evaluate(config: EvalConfig, **kwargs: Any) -> RunResult:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from taskhub._errors import RemoteCodeError, TaskhubError
 from taskhub._registry import registry
+from taskhub._rows import row_rewards
 from taskhub._taskset import Taskset
 
 #: Most offending specs named in one refusal.
@@ -104,9 +105,8 @@ def find_remote_code(
 
     check(taskset.card.rewards, "card rewards")
     for split, tasks in taskset.splits.items():
-        for index, task in enumerate(tasks):
-            if task.rewards:
-                check(task.rewards, f"{split} row {index} (task_id={task.task_id!r}) rewards")
+        for index, task_id, specs in row_rewards(tasks):
+            check(specs, f"{split} row {index} (task_id={task_id!r}) rewards")
     return found
 
 

@@ -12,6 +12,7 @@ import pytest
 from taskhub import (
     EpisodeRecord,
     ResultsError,
+    RewardComponent,
     StepRecord,
     Task,
     mean_ci,
@@ -22,7 +23,13 @@ from taskhub import (
     wilson_interval,
     write_results,
 )
-from taskhub._results import repair_results, summarize_rows, summary_json
+from taskhub._results import (
+    SUMMARY_COLUMNS,
+    SummaryColumns,
+    repair_results,
+    summarize_rows,
+    summary_json,
+)
 from taskhub._stats import t_critical_95
 
 
@@ -178,6 +185,35 @@ def test_summary_json_from_rows_is_the_summary_models_own_text() -> None:
         summary_json(whole, rows)
 
 
+def test_summary_columns_summarize_as_the_records_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what a run keeps of each episode for its summary, over blocks of 3 rows, started from the
+    # table a resume reads: every number the same as from the records themselves
+    monkeypatch.setattr(SummaryColumns, "BLOCK", 3)
+    records = [
+        record(f"t{i % 4}", i // 4, [1.0, 0.0, 0.5, None][i % 4], success=i % 3 == 0)
+        for i in range(11)
+    ]
+    records[3] = records[3].model_copy(update={"outcome": "infra_error", "success": None})
+    records[5] = records[5].model_copy(
+        update={
+            "reward_components": [
+                RewardComponent(name="exact", value=1.0, weight=2.0),
+                RewardComponent(name="judge", value=None, weight=1.0, error="timeout"),
+            ],
+            "queue_time_s": 0.25,
+        }
+    )
+    write_results(tmp_path / "episodes.jsonl", records[:4])
+    columns = SummaryColumns(read_results_table(tmp_path, columns=(*SUMMARY_COLUMNS, "sample")))
+    for r in records[4:]:
+        columns.append(r)
+    assert len(columns) == 11
+    assert summarize(columns.table(), n_planned=12) == summarize(records, n_planned=12)
+    assert summarize(SummaryColumns().table()) == summarize([])
+
+
 def test_jsonl_round_trip_and_torn_last_line(tmp_path: Path) -> None:
     path = tmp_path / "episodes.jsonl"
     records = [record("a", 0, 1.0), record("b", 0, 0.0)]
@@ -188,6 +224,26 @@ def test_jsonl_round_trip_and_torn_last_line(tmp_path: Path) -> None:
     assert read_results(path) == records
     assert repair_results(path) == 50
     assert read_results(path) == records and path.read_bytes().endswith(b"\n")
+
+
+@pytest.mark.parametrize("tail", [7, 64, 1 << 16])
+def test_a_torn_line_is_cut_from_the_end_whatever_its_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: int
+) -> None:
+    # the file is read back from its end, a few bytes at a time here: a torn line longer than
+    # what is read at once, a file that is one torn line, an empty one, a whole one
+    monkeypatch.setattr("taskhub._results._TAIL_BYTES", tail)
+    path = tmp_path / "episodes.jsonl"
+    records = [record("a", 0, 1.0), record("b", 0, 0.0)]
+    write_results(path, records)
+    whole = path.read_bytes()
+    torn = records[0].model_dump_json().encode()[:300]
+    path.write_bytes(whole + torn)
+    assert repair_results(path) == 300 and path.read_bytes() == whole
+    assert repair_results(path) == 0 and path.read_bytes() == whole
+    path.write_bytes(torn)
+    assert repair_results(path) == 300 and path.read_bytes() == b""
+    assert repair_results(path) == 0 and path.read_bytes() == b""
 
 
 def test_corrupt_line_is_named(tmp_path: Path) -> None:

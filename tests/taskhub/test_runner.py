@@ -27,7 +27,15 @@ from taskhub import (
     resume,
 )
 from taskhub.env import builtin_envs, launch_server, wait_healthy
-from tests.servers import CLOSE, FakeEnv, ModelScript, ModelServer, observation
+from tests.servers import (
+    CLOSE,
+    FakeEnv,
+    ModelScript,
+    ModelServer,
+    counting_reset,
+    counting_step,
+    observation,
+)
 
 VOLATILE = {"run_id", "started_at", "duration_s", "env_time_s", "model_time_s"}
 
@@ -472,3 +480,48 @@ def test_hanging_env_is_an_infra_error_after_retries(tmp_path: Path) -> None:
     assert by_id["t001"].outcome == "infra_error" and by_id["t001"].attempts == 2
     assert by_id["t001"].error is not None and by_id["t001"].error.type == "EnvTimeout"
     assert by_id["t001"].initial_observation == {"question": "say 1", "metadata": {}}
+
+
+def test_a_resume_holds_no_record_of_the_episodes_played_before(tmp_path: Path) -> None:
+    """Resuming reads what the summary needs of earlier episodes, not their records: a run of a
+    million episodes resumes in the memory of a few columns."""
+    import tracemalloc
+
+    from taskhub import index_results, write_manifest
+
+    padding = "x" * 80_000  # in every observation: each record holds 160 kB of trajectory
+
+    def big_reset(session, data):
+        frame = counting_reset(session, data)
+        frame["data"]["observation"]["padding"] = padding
+        return frame
+
+    def big_step(session, data):
+        frame = counting_step(session, data)
+        if frame["type"] == "observation":
+            frame["data"]["observation"]["padding"] = padding
+        return frame
+
+    taskset = write_taskset(tmp_path / "ts", 100)
+    run_dir = tmp_path / "run"
+    with FakeEnv(on_reset=big_reset, on_step=big_step) as env:
+        config = EvalConfig(model="scripted/oracle", taskset=str(taskset), env=env.url)
+        evaluate(config, run_dir=run_dir)
+        # the last episode lost, as a run stopped before it was recorded
+        episodes = run_dir / "episodes.jsonl"
+        lines = episodes.read_bytes().splitlines(keepends=True)
+        assert len(lines) == 100 and len(lines[-1]) > 160_000
+        episodes.write_bytes(b"".join(lines[:-1]))
+        index_results(run_dir)  # in step with the records, as the run keeps it
+        manifest = read_manifest(run_dir)
+        write_manifest(run_dir, manifest.model_copy(update={"status": "interrupted"}))
+        tracemalloc.start()
+        try:
+            result = resume(run_dir)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert result.summary.n_episodes == 100 and result.summary.mean_reward == 1.0
+    assert [r.task_id for r in read_results(run_dir)][-1] == "t099"
+    # the 99 records would take 16 MB and more (the file itself is 16 MB): 1.3 MB here
+    assert peak < 8_000_000, f"the resume held {peak / 1e6:.1f} MB at its peak"

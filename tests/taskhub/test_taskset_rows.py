@@ -18,7 +18,7 @@ import pytest
 from taskhub import SchemaError, Task, canonical_json, load_taskset
 from taskhub._canonical import row_texts, supported
 from taskhub._limits import MAX_JSON_DEPTH
-from taskhub._rows import TaskRows, jsonl_rows, parquet_rows
+from taskhub._rows import TaskRows, jsonl_rows, parquet_rows, row_rewards
 from taskhub._schema import MEASURED_FIELDS
 from taskhub._taskset import BULK_MIN_BYTES, _read_files, _validate_rows, builtin_tasksets
 
@@ -321,6 +321,43 @@ def test_a_file_of_many_chunks_and_shapes_hashes_as_task_validation(tmp_path: Pa
     assert got.task_ids == [r["task_id"] for r in rows]
     assert [got[i] for i in range(0, len(rows), 997)] == list(expected[::997])
     assert got[-1] == expected[-1]
+
+
+def named_rewards(tasks: Any) -> list[tuple[int, str, tuple[str, ...]]]:
+    """What ``row_rewards`` gives, read from each ``Task``."""
+    return [(i, t.task_id, tuple(t.rewards)) for i, t in enumerate(tasks) if t.rewards]
+
+
+def test_the_rewards_rows_name_are_read_at_load_as_their_tasks_give_them(tmp_path: Path) -> None:
+    # every way through the bulk decoders (shaped structs, plain rows, measured rows, a spec as
+    # one string, a key written with escapes), two files, slices, parquet: the specs of the
+    # rows that name any, without a Task built, equal to the tasks'
+    rows: list[dict[str, Any]] = []
+    for i in range(6000):
+        rewards = {"rewards": ["exact", f"r{i}"]} if i % 997 == 3 else {}
+        rows.append({"task_id": f"a{i}", "reset": {"seed": i, "family": "add"}, **rewards})
+    rows.append({"task_id": "one", "rewards": "exact", "pass_rate": 0.5})
+    rows.append({"task_id": "empty", "rewards": []})
+    rows.append({"task_id": "plain", "reset": {"seed": 1}, "rewards": ["math_verify"]})
+    lines = [json.dumps(r) for r in rows]
+    lines.append('{"task_id": "escaped", "\\u0072ewards": ["judge"]}')
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("\n".join(lines[:4000]) + "\n")
+    second.write_text("\n".join(lines[4000:]) + "\n")
+    got = jsonl_rows("train", [first, second])
+    assert got is not None
+    expected = slow("train", [first, second])
+    assert expected[-1].rewards == ["judge"] and expected[-4].rewards == ["exact"]
+    assert list(got.row_rewards()) == named_rewards(expected) != []
+    assert list(row_rewards(got)) == list(row_rewards(expected)) == named_rewards(expected)
+    assert list(got[3990:].row_rewards()) == named_rewards(expected[3990:])
+    assert list(got[::3].row_rewards()) == named_rewards(expected[::3])
+    parquet = [{"task_id": "p", "rewards": ["exact"]}, {"task_id": "q"}, {"task_id": "r"}]
+    parquet[2]["rewards"] = ["judge", "exact"]
+    path = tmp_path / "train.parquet"
+    tasks = bulk_equals_slow(path, parquet)
+    loaded = parquet_rows("train", [path])
+    assert loaded is not None and list(loaded.row_rewards()) == named_rewards(tasks)
 
 
 @pytest.mark.parametrize("escaped", [False, True], ids=["named", "escaped-keys"])
