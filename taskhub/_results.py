@@ -600,9 +600,14 @@ def summarize(
     """
     summary, rows = summarize_rows(records, n_planned=n_planned, comparability=comparability)
     # Validated from plain rows in pydantic's core, 10k tasks at a time (a million-episode run
-    # has 250k tasks: a model built per task from Python costs 4x as much).
-    for start in range(0, len(rows), 10_000):
-        summary.per_task += _TASK_SUMMARIES.validate_python(rows[start : start + 10_000])
+    # has 250k tasks: a model built per task from Python costs 4x as much); each chunk's rows
+    # are let go as their models are made, so that both are never held whole.
+    rows.reverse()
+    while rows:
+        chunk = rows[-10_000:]
+        del rows[-10_000:]
+        chunk.reverse()
+        summary.per_task += _TASK_SUMMARIES.validate_python(chunk)
     return summary
 
 
