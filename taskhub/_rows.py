@@ -418,6 +418,11 @@ def row_rewards(tasks: Sequence[Task]) -> Iterator[tuple[int, str, tuple[str, ..
             yield index, task.task_id, tuple(task.rewards)
 
 
+def _specs(rewards: list[str] | str) -> tuple[str, ...]:
+    """A row's ``rewards``: a list, or one spec as a string."""
+    return (rewards,) if isinstance(rewards, str) else tuple(rewards)
+
+
 class _Source:
     """Where rows are built from."""
 
@@ -549,9 +554,8 @@ def _jsonl_file(data: bytes) -> _LinesFile | None:
             return None
         rows, texts = decoded
         for index, row in enumerate(rows):
-            if row.rewards:  # a list, or one spec as a string
-                specs = row.rewards
-                rewards[len(ids) + index] = (specs,) if isinstance(specs, str) else tuple(specs)
+            if row.rewards:
+                rewards[len(ids) + index] = _specs(row.rewards)
         ids.extend([row.task_id for row in rows])
         digests.append(b"".join([sha256(text).digest() for text in texts]))
         starts.append(chunk_starts)
@@ -728,7 +732,7 @@ def parquet_rows(split: str, paths: Sequence[Path]) -> TaskRows | None:
     if "rewards" in table.column_names:
         for index, specs in enumerate(table["rewards"].to_pylist()):
             if specs:
-                rewards[index] = (specs,) if isinstance(specs, str) else tuple(specs)
+                rewards[index] = _specs(specs)
     return TaskRows(split, _Table(table, where), ids, b"".join(digests), rewards=rewards)
 
 
