@@ -405,6 +405,11 @@ class TaskRows(Sequence[Task]):
             yield lines.tobytes()
 
 
+def task_ids(tasks: Sequence[Task]) -> list[str]:
+    """The task ids of ``tasks``, in order (``TaskRows`` give them without a ``Task`` built)."""
+    return tasks.task_ids if isinstance(tasks, TaskRows) else [task.task_id for task in tasks]
+
+
 def row_rewards(tasks: Sequence[Task]) -> Iterator[tuple[int, str, tuple[str, ...]]]:
     """``(index, task_id, rewards)`` of each task that names reward specs, in order.
 

@@ -60,7 +60,7 @@ from taskhub._results import (
 )
 from taskhub._results_table import read_results_table
 from taskhub._rewards import BoundReward, RewardSet
-from taskhub._rows import row_rewards
+from taskhub._rows import row_rewards, task_ids
 from taskhub._schema import (
     EnvInfo,
     EpisodeRecord,
@@ -1254,7 +1254,7 @@ def _done(plan: _Plan, previous: pyarrow.Table) -> numpy.ndarray[Any, Any]:
     import pyarrow.compute as pc
 
     samples = plan.config.samples
-    ids = getattr(plan.tasks, "task_ids", None) or [task.task_id for task in plan.tasks]
+    ids = task_ids(plan.tasks)
     done = np.zeros(len(ids) * samples, dtype=bool)
     task = pc.index_in(previous["task_id"], value_set=pa.array(ids, pa.string()))
     task = pc.fill_null(task, -1).to_numpy(zero_copy_only=False)

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from taskhub._errors import SchemaError, TasksetError, TasksetNotFound
 from taskhub._limits import MAX_JSON_DEPTH, loads_bounded
-from taskhub._rows import TaskRows, jsonl_rows, parquet_rows, read_parquet
+from taskhub._rows import TaskRows, jsonl_rows, parquet_rows, read_parquet, task_ids
 from taskhub._schema import Task, TasksetCard, TasksetRef
 
 if TYPE_CHECKING:
@@ -717,10 +717,7 @@ def _validate_rows(split: str, rows: Iterator[_Row]) -> tuple[Task, ...]:
 
 
 def _check_unique_ids(splits: Mapping[str, Sequence[Task]]) -> None:
-    every = {
-        split: tasks.task_ids if isinstance(tasks, TaskRows) else [t.task_id for t in tasks]
-        for split, tasks in splits.items()
-    }
+    every = {split: task_ids(tasks) for split, tasks in splits.items()}
     if len(set().union(*every.values())) == sum(len(ids) for ids in every.values()):
         return  # no duplicate: nothing to name
     seen: dict[str, tuple[str, int]] = {}
