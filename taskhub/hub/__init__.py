@@ -22,7 +22,7 @@ from taskhub.hub._environment import (
 )
 from taskhub.hub._eval_results import eval_result, push_eval_results, results_url
 from taskhub.hub._profile import ProfileResult, profile_taskset
-from taskhub.hub._redact import REDACTED, RedactionReport, Redactor, redact_run
+from taskhub.hub._redact import REDACTED, RedactionReport, Redactor, RunRedactor, redact_run
 from taskhub.hub._results import pull_results, push_results
 from taskhub.hub._tasksets import (
     SplitInfo,
@@ -40,6 +40,7 @@ __all__ = [
     "PushResult",
     "RedactionReport",
     "Redactor",
+    "RunRedactor",
     "SplitInfo",
     "TasksetInfo",
     "check_taskset",

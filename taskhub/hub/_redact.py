@@ -6,6 +6,7 @@ import base64
 import binascii
 import bisect
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -14,7 +15,7 @@ import urllib.parse
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -22,6 +23,8 @@ from taskhub._errors import ResultsError
 from taskhub._schema import EpisodeRecord, RunManifest
 
 logger = logging.getLogger(__name__)
+
+_Model = TypeVar("_Model", RunManifest, EpisodeRecord)
 
 #: What a redacted value is replaced with.
 REDACTED = "[REDACTED]"
@@ -91,6 +94,63 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "",
     ),
 )
+#: Text every match of a shape holds, one of each entry, case-folded: a text holding none of
+#: them is not searched for that shape (most texts hold none, and a search over a whole record
+#: is costly). ``_may_hold`` folds the text as ``re``'s IGNORECASE compares.
+_HINTS: dict[str, tuple[str, ...]] = {
+    "private_key": ("-----begin",),
+    "bearer": ("bearer", "basic"),
+    "slack_webhook": ("hooks.slack.com/",),
+    "discord_webhook": ("/api/webhooks/",),
+    "stripe_key": ("k_live_", "k_test_"),
+    "gitlab_token": (
+        "glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "glimt-", "gloas-", "glsoat-", "glft-"
+    ),
+    "openai_key": ("sk-",),
+    "hf_token": ("hf_",),
+    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "aws_key": ("akia", "asia", "abia", "acca"),
+    "google_key": ("aiza",),
+    "google_oauth": ("ya29.",),
+    "slack_token": ("xox",),
+    "npm_token": ("npm_",),
+    "pypi_token": ("pypi-",),
+    "sendgrid_key": ("sg.",),
+    "twilio_key": ("sk",),
+    "jwt": ("eyj",),
+    "url_credentials": ("://",),
+    "assignment": ("key", "token", "secret", "passw", "passphrase", "pwd", "credential"),
+}  # fmt: skip
+
+
+def _hint_index() -> tuple[re.Pattern[str], dict[str, list[tuple[str, re.Pattern[str], str]]]]:
+    """One search for every hint, and the shapes each hint it finds stands for.
+
+    At each position the search finds the longest hint there; the hints that are its
+    prefixes are there too, so it stands for their shapes as well.
+    """
+    hints = sorted({h for kind in _HINTS.values() for h in kind}, key=len, reverse=True)
+    search = re.compile("(?=(" + "|".join(re.escape(h) for h in hints) + "))")
+    shapes = {
+        found: [shape for shape in _PATTERNS if any(found.startswith(h) for h in _HINTS[shape[0]])]
+        for found in hints
+    }
+    return search, shapes
+
+
+_HINT_SEARCH, _HINT_SHAPES = _hint_index()
+
+
+def _may_hold(text: str) -> list[tuple[str, re.Pattern[str], str]]:
+    """The shapes of ``_PATTERNS`` that ``text`` may hold: those whose hint it holds."""
+    # casefold() as IGNORECASE compares, but for the dotless i, which re matches with "i"
+    found = set(_HINT_SEARCH.findall(text.casefold().replace("\u0131", "i")))
+    if not found:
+        return []
+    kinds = {shape[0] for hint in found for shape in _HINT_SHAPES[hint]}
+    return [shape for shape in _PATTERNS if shape[0] in kinds]
+
+
 #: Escapes a secret may hide behind: JSON/Python escapes, percent-encoding, HTML entities.
 _ESCAPE = re.compile(
     r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})|\\([\\/\"'])|%([0-9a-fA-F]{2})|&#x([0-9a-fA-F]+);"
@@ -114,6 +174,30 @@ class RedactionReport:
     def total(self) -> int:
         """Number of replacements."""
         return sum(self.counts.values())
+
+
+class _Found:
+    """What the detectors found in each text seen, forgotten when it holds ``MAX_TEXTS``.
+
+    Kept by the text's digest, not the text: a run's texts can take gigabytes.
+    """
+
+    MAX_TEXTS = 100_000
+
+    def __init__(self) -> None:
+        self._found: dict[bytes, list[str]] = {}
+
+    @staticmethod
+    def key(text: str) -> bytes:
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+    def get(self, key: bytes) -> list[str] | None:
+        return self._found.get(key)
+
+    def keep(self, key: bytes, found: list[str]) -> None:
+        if len(self._found) >= self.MAX_TEXTS:
+            self._found.clear()
+        self._found[key] = found
 
 
 class Redactor:
@@ -149,7 +233,7 @@ class Redactor:
             self._add_needle(name, value)
         self._detectors = _detectors()
         #: What the detectors found in each text seen (prompts repeat across episodes).
-        self._cache: dict[str, list[str]] = {}
+        self._cache = _Found()
         self.report = RedactionReport()
 
     def _add_needle(self, name: str, value: str) -> None:
@@ -220,7 +304,7 @@ class Redactor:
                 self.report.counts[f"secret:{name}"] += out.count(needle)
                 self.report.fields.add(where)
                 out = out.replace(needle, REDACTED)
-        for kind, pattern, replacement in _PATTERNS:
+        for kind, pattern, replacement in _may_hold(out):
 
             def substitute(match: re.Match[str], kind: str = kind, repl: str = replacement) -> str:
                 self.report.counts[kind] += 1
@@ -241,7 +325,8 @@ class Redactor:
         if len(text) < MIN_DETECTED_LENGTH:
             return []
         cache = self._cache
-        cached = cache.get(text)
+        key = cache.key(text)
+        cached = cache.get(key)
         if cached is not None:
             return cached
         found = []
@@ -250,9 +335,7 @@ class Redactor:
                 found += [v for v in detector.analyze_string(text) if v]
             except Exception:  # noqa: BLE001  (a detector bug must not leak: keep going)
                 logger.debug("detector %s failed", type(detector).__name__)
-        if len(cache) > 100_000:
-            cache.clear()
-        cache[text] = found
+        cache.keep(key, found)
         return found
 
     def _spans(self, text: str) -> list[tuple[int, int]]:
@@ -263,7 +346,7 @@ class Redactor:
             while start >= 0:
                 spans.append((start, start + len(needle)))
                 start = text.find(needle, start + 1)
-        for _, pattern, replacement in _PATTERNS:
+        for _, pattern, replacement in _may_hold(text):
             for match in pattern.finditer(text):
                 if match.group(0).endswith(REDACTED):
                     continue
@@ -347,7 +430,7 @@ class Redactor:
             found += [f"secret:{name}" for name, needle in self._needles if needle in view.text]
             found += [
                 kind
-                for kind, pattern, _ in _PATTERNS
+                for kind, pattern, _ in _may_hold(view.text)
                 if any(not m.group(0).endswith(REDACTED) for m in pattern.finditer(view.text))
             ]
         # (the detectors already read every string one by one; over a whole serialized record
@@ -519,7 +602,8 @@ def redact_run(
     """Return a run's manifest and records with every secret replaced by ``[REDACTED]``.
 
     Every string field of every record and of the manifest is scanned. The result is checked
-    once more after serialization; anything still found stops the push.
+    once more after serialization; anything still found stops the push. ``RunRedactor`` does
+    the same one record at a time.
 
     Args:
         manifest: The run's manifest.
@@ -533,33 +617,77 @@ def redact_run(
     Raises:
         ResultsError: Redaction cannot be guaranteed for some field (it is named).
     """
-    redactor = Redactor(secrets)
-    manifest_data = manifest.model_dump(mode="json")
-    record_data = [record.model_dump(mode="json") for record in records]
-    # Pass 1: a secret seen once (under a secret-named key, or found by a detector) is
-    # redacted everywhere it appears again, the rendered prompt included.
-    redactor.learn(manifest_data)
-    for data in record_data:
-        redactor.learn(data)
-    try:
-        clean_manifest = RunManifest.model_validate(redactor.redact(manifest_data, "run.json"))
-        clean_records = []
-        for index, (record, data) in enumerate(zip(records, record_data, strict=True)):
-            where = f"episode {index} ({record.task_id}#{record.sample})"
-            clean_records.append(EpisodeRecord.model_validate(redactor.redact(data, where)))
-    except ValidationError as exc:
-        raise ResultsError(
-            f"a redacted value no longer fits the record schema ({exc.errors()[0]['loc']}); "
-            "redaction cannot be guaranteed, nothing was pushed"
-        ) from None
-    texts = [("run.json", clean_manifest.model_dump_json())] + [
-        (f"episode {i}", r.model_dump_json()) for i, r in enumerate(clean_records)
-    ]
-    for where, text in texts:
-        left = redactor.find(text)
+    redactor = RunRedactor(manifest, secrets)
+    for record in records:
+        redactor.learn(record)
+    clean_manifest = redactor.manifest()
+    clean_records = [redactor.redact(record, index)[0] for index, record in enumerate(records)]
+    return clean_manifest, clean_records, redactor.report
+
+
+class RunRedactor:
+    """``redact_run`` one record at a time, for a run too large to hold: two passes over it.
+
+    ``learn`` every record first (a secret seen once, under a secret-named key or by a
+    detector, is redacted wherever it appears, in the records before it too), then take the
+    ``manifest`` and ``redact`` each record::
+
+        redactor = RunRedactor(manifest, secrets)
+        for record in records():
+            redactor.learn(record)
+        clean = redactor.manifest()
+        for index, record in enumerate(records()):
+            record, line = redactor.redact(record, index)
+
+    Raises:
+        ResultsError: A secret value is too short to redact (``__init__``); redaction cannot
+            be guaranteed for some field (``manifest``, ``redact``: it is named).
+    """
+
+    def __init__(self, manifest: RunManifest, secrets: Mapping[str, str] | None = None) -> None:
+        """Start with the run's ``manifest`` learnt, and the exact ``secrets`` values."""
+        self._redactor = Redactor(secrets)
+        self._manifest = manifest.model_dump(mode="json")
+        self._redactor.learn(self._manifest)
+
+    @property
+    def report(self) -> RedactionReport:
+        """What was replaced so far."""
+        return self._redactor.report
+
+    def learn(self, record: EpisodeRecord) -> None:
+        """Learn the secret values of ``record`` (pass 1)."""
+        self._redactor.learn(record.model_dump(mode="json"))
+
+    def manifest(self) -> RunManifest:
+        """The manifest, redacted with what every record taught (after the last ``learn``)."""
+        clean = _validated(RunManifest, self._redactor.redact(self._manifest, "run.json"))
+        self._check("run.json", clean.model_dump_json())
+        return clean
+
+    def redact(self, record: EpisodeRecord, index: int) -> tuple[EpisodeRecord, str]:
+        """``record``, the ``index``-th of the run, redacted (pass 2), and its JSON."""
+        where = f"episode {index} ({record.task_id}#{record.sample})"
+        data = self._redactor.redact(record.model_dump(mode="json"), where)
+        clean = _validated(EpisodeRecord, data)
+        line = clean.model_dump_json()
+        self._check(f"episode {index}", line)
+        return clean, line
+
+    def _check(self, where: str, text: str) -> None:
+        left = self._redactor.find(text)
         if left:
             raise ResultsError(
                 f"{where}: {', '.join(sorted(set(left)))} still present after redaction; "
                 "nothing was pushed"
             )
-    return clean_manifest, clean_records, redactor.report
+
+
+def _validated(model: type[_Model], data: Any) -> _Model:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ResultsError(
+            f"a redacted value no longer fits the record schema ({exc.errors()[0]['loc']}); "
+            "redaction cannot be guaranteed, nothing was pushed"
+        ) from None

@@ -6,7 +6,8 @@ import json
 import logging
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,17 @@ from pydantic import ValidationError
 
 from taskhub._comparability import comparability
 from taskhub._errors import ResultsError, TasksetNotFound
-from taskhub._results import EPISODES, MANIFEST, read_run, summarize, write_manifest, write_results
+from taskhub._results import (
+    EPISODES,
+    MANIFEST,
+    SummaryColumns,
+    iter_results,
+    read_manifest,
+    summarize,
+    write_manifest,
+    write_results,
+)
+from taskhub._results_table import iter_results_tables
 from taskhub._schema import EpisodeRecord, RunManifest
 from taskhub._taskset import quiet_downloads
 from taskhub.hub._common import (
@@ -26,7 +37,7 @@ from taskhub.hub._common import (
     require_token,
     whoami,
 )
-from taskhub.hub._redact import redact_run
+from taskhub.hub._redact import RunRedactor
 
 logger = logging.getLogger(__name__)
 
@@ -66,45 +77,78 @@ def _episode_schema() -> Any:
     )
 
 
-def _episodes_parquet(manifest: RunManifest, records: Sequence[EpisodeRecord]) -> bytes:
-    import io
+#: A push reads the run's records this many at a time, or this many bytes of them.
+READ_ROWS = 256
+READ_BYTES = 8 << 20
+#: A row group of ``episodes.parquet`` is written once it holds this many episodes, or
+#: records of this many characters: a push holds one group at a time, whatever the run's size.
+ROW_GROUP_EPISODES = 10_000
+ROW_GROUP_CHARS = 16 << 20
 
+
+def _episode_row(manifest: RunManifest, record: EpisodeRecord, line: str) -> dict[str, Any]:
+    """``record``'s row of ``episodes.parquet`` (``line``: its JSON)."""
+    data = record.model_dump(mode="json", include={"started_at", "reward_components"})
+    return {
+        "run_id": record.run_id,
+        "episode_id": record.episode_id,
+        "task_id": record.task_id,
+        "split": record.split,
+        "sample": record.sample,
+        "seed": record.seed,
+        "model": manifest.model.spec,
+        "taskset": manifest.taskset.repo_id or manifest.taskset.name,
+        "taskset_commit": manifest.taskset.commit_sha,
+        "outcome": record.outcome,
+        "reward": record.reward,
+        "success": record.success,
+        "env_reward": record.env_reward,
+        "num_steps": record.num_steps,
+        "attempts": record.attempts,
+        "error_type": record.error.type if record.error else None,
+        "error_message": record.error.message if record.error else None,
+        "started_at": data["started_at"],
+        "duration_s": record.duration_s,
+        "messages": [{"role": m.role, "content": m.content} for m in record.messages],
+        "reward_components": json.dumps(data["reward_components"], ensure_ascii=False),
+        "record": line,
+    }
+
+
+def _write_episodes(
+    path: Path, manifest: RunManifest, records: Iterable[tuple[EpisodeRecord, str]]
+) -> None:
+    """Write ``episodes.parquet`` from (record, its JSON) pairs, a row group at a time."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = []
-    for r in records:
-        data = r.model_dump(mode="json")
-        rows.append(
-            {
-                "run_id": r.run_id,
-                "episode_id": r.episode_id,
-                "task_id": r.task_id,
-                "split": r.split,
-                "sample": r.sample,
-                "seed": r.seed,
-                "model": manifest.model.spec,
-                "taskset": manifest.taskset.repo_id or manifest.taskset.name,
-                "taskset_commit": manifest.taskset.commit_sha,
-                "outcome": r.outcome,
-                "reward": r.reward,
-                "success": r.success,
-                "env_reward": r.env_reward,
-                "num_steps": r.num_steps,
-                "attempts": r.attempts,
-                "error_type": r.error.type if r.error else None,
-                "error_message": r.error.message if r.error else None,
-                "started_at": data["started_at"],
-                "duration_s": r.duration_s,
-                "messages": [{"role": m.role, "content": m.content} for m in r.messages],
-                "reward_components": json.dumps(data["reward_components"], ensure_ascii=False),
-                "record": r.model_dump_json(),
-            }
-        )
-    table = pa.Table.from_pylist(rows, schema=_episode_schema())
-    sink = io.BytesIO()
-    pq.write_table(table, sink)
-    return sink.getvalue()
+    schema = _episode_schema()
+    with pq.ParquetWriter(path, schema) as writer:
+        rows: list[dict[str, Any]] = []
+        chars = groups = 0
+        for record, line in records:
+            rows.append(_episode_row(manifest, record, line))
+            chars += len(line)
+            if len(rows) >= ROW_GROUP_EPISODES or chars >= ROW_GROUP_CHARS:
+                writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+                rows, chars, groups = [], 0, groups + 1
+        if rows or not groups:
+            writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+
+
+def _run_records(run_dir: Path) -> Iterator[EpisodeRecord]:
+    """The records of a run one at a time, one per episode, as ``read_run`` keeps them."""
+    tables = iter_results_tables(
+        run_dir, columns=["record_line"], batch_rows=READ_ROWS, block_bytes=READ_BYTES
+    )
+    for table in tables:
+        for line in table.column("record_line").to_pylist():
+            try:
+                yield EpisodeRecord.model_validate_json(line)
+            except ValidationError:
+                for _ in iter_results(run_dir):  # raises read_run's error, the line named
+                    pass
+                raise
 
 
 def _results_card(
@@ -178,10 +222,9 @@ def push_results(
         ResultsError: The run is not readable, redaction cannot be guaranteed, the repo already
             holds the run, there is no usable token, or the Hub refused the push.
     """
-    from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
-
-    run = read_run(Path(run_dir))
-    run_id = run.manifest.run_id
+    run_dir = Path(run_dir)
+    run_manifest = read_manifest(run_dir)
+    run_id = run_manifest.run_id
     if not _RUN_ID.match(run_id) or run_id in (".", ".."):
         raise ResultsError(
             f"run id {run_id!r} cannot be a folder name on the Hub; nothing was pushed"
@@ -190,20 +233,51 @@ def push_results(
     resolved = require_token(token, "results push", ResultsError)
     all_secrets = dict(secrets or {})
     all_secrets.setdefault("hub token", resolved)
-    manifest, records, report = redact_run(run.manifest, run.records, all_secrets)
-    if report.total:
-        logger.warning(
-            "redacted %d secret(s) from run %s in %d field(s)",
-            report.total,
-            run_id,
-            len(report.fields),
-        )
+    # Two passes over the run's records, one at a time: every secret is learnt from them all,
+    # then each is redacted and written to the parquet file, which the push uploads from disk.
+    redactor = RunRedactor(run_manifest, all_secrets)
+    for record in _run_records(run_dir):
+        redactor.learn(record)
+    manifest = redactor.manifest()
+    with tempfile.TemporaryDirectory(prefix="taskhub-push-") as staging:
+        episodes = Path(staging) / "episodes.parquet"
+        columns = SummaryColumns()
+
+        def redacted() -> Iterator[tuple[EpisodeRecord, str]]:
+            for index, record in enumerate(_run_records(run_dir)):
+                clean, line = redactor.redact(record, index)
+                columns.append(clean)
+                yield clean, line
+
+        _write_episodes(episodes, manifest, redacted())
+        report = redactor.report
+        if report.total:
+            logger.warning(
+                "redacted %d secret(s) from run %s in %d field(s)",
+                report.total,
+                run_id,
+                len(report.fields),
+            )
+        summary = summarize(
+            columns.table(), n_planned=manifest.n_planned, comparability=comparability(manifest)
+        ).model_dump(mode="json")
+        return _push(repo_id, manifest, episodes, summary, resolved, private)
+
+
+def _push(
+    repo_id: str,
+    manifest: RunManifest,
+    episodes: Path,
+    summary: dict[str, Any],
+    token: str,
+    private: bool,
+) -> PushResult:
+    """Commit a redacted run (``episodes``: its parquet file) and the card to ``repo_id``."""
+    from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
+
+    run_id = manifest.run_id
     run_json = (manifest.model_dump_json(indent=2) + "\n").encode()
-    episodes = _episodes_parquet(manifest, records)
-    summary = summarize(
-        records, n_planned=manifest.n_planned, comparability=comparability(manifest)
-    ).model_dump(mode="json")
-    api = HfApi(token=resolved)
+    api = HfApi(token=token)
     what = f"results push to {repo_id}"
     whoami(api, what, ResultsError)
     with hub_errors(what, ResultsError):
@@ -238,7 +312,7 @@ def push_results(
         card = _results_card(repo_id, manifests, summaries).encode()
         operations = [
             CommitOperationAdd(f"runs/{run_id}/{MANIFEST}", run_json),
-            CommitOperationAdd(f"runs/{run_id}/episodes.parquet", episodes),
+            CommitOperationAdd(f"runs/{run_id}/episodes.parquet", str(episodes)),
             CommitOperationAdd("README.md", card),
         ]
         try:
@@ -343,25 +417,30 @@ def pull_results(
         if (target / MANIFEST).is_file() and (target / EPISODES).is_file():
             continue
         parquet = run_json.parent / "episodes.parquet"
-        try:
-            manifest = RunManifest.model_validate_json(run_json.read_bytes())
-            records = _read_episodes_parquet(parquet) if parquet.is_file() else []
-        except (ValidationError, ValueError) as exc:
-            raise ResultsError(
-                f"{repo_id}@{sha[:12]} runs/{run_id}: not a valid run: {exc}"
-            ) from None
         staging = target.with_name(f".{run_id}.tmp")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        write_results(staging / EPISODES, records)
+        try:
+            manifest = RunManifest.model_validate_json(run_json.read_bytes())
+            # written as read, a row group at a time
+            write_results(staging / EPISODES, _parquet_records(parquet))
+        except (ValidationError, ValueError) as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise ResultsError(
+                f"{repo_id}@{sha[:12]} runs/{run_id}: not a valid run: {exc}"
+            ) from None
         write_manifest(staging, manifest)
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     return out
 
 
-def _read_episodes_parquet(path: Path) -> list[EpisodeRecord]:
+def _parquet_records(path: Path) -> Iterator[EpisodeRecord]:
+    """The records of a pushed run's ``episodes.parquet`` (none when it is missing)."""
     import pyarrow.parquet as pq
 
-    column = pq.read_table(path, columns=["record"]).column("record").to_pylist()
-    return [EpisodeRecord.model_validate_json(text) for text in column]
+    if not path.is_file():
+        return
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["record"]):
+        for text in batch.column(0).to_pylist():
+            yield EpisodeRecord.model_validate_json(text)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from typer.testing import CliRunner
 
 from taskhub import (
@@ -332,3 +332,67 @@ def test_leaderboard_builds_from_a_hub_results_repo(
     )
     assert missing.exit_code == 1
     assert "no such file or directory, and not a readable Hub results dataset" in missing.stderr
+
+
+def test_a_push_holds_a_few_records_and_one_row_group_at_a_time(
+    hub_server: HubServer,
+    hf_token: str,
+    make_repo_id: Callable[[], str],
+    oracle_run: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tracemalloc
+
+    import taskhub.hub._results as hub_results
+
+    learnt = "value-learnt-from-the-last-record"
+
+    def grow(episodes: int) -> Callable[[Run], None]:
+        def edit(run: Run) -> None:  # episodes of ~25 KB of trajectory each
+            first = run.records[0]
+            run.records.clear()
+            for sample in range(episodes):
+                record = first.model_copy(update={"sample": sample}, deep=True)
+                record.steps[0].observation["log"] = " ".join(
+                    f"turn {sample}.{i}: the agent moved north" for i in range(700)
+                )
+                run.records.append(record)
+            # a value under a secret-named key in the last record, written in the first too:
+            # learnt in the first pass, redacted in the second wherever it is
+            run.records[-1].reset_payload["api_key"] = learnt
+            run.records[0].messages[-1].content = f"it printed {learnt}"
+
+        return edit
+
+    monkeypatch.setattr(hub_results, "READ_ROWS", 4)
+    monkeypatch.setattr(hub_results, "ROW_GROUP_CHARS", 100_000)
+    peaks, sizes, pushed = [], [], []
+    small = _copy_run(oracle_run, tmp_path / "warm-up", run_id="warm-up", edit=grow(2))
+    push_results(small, make_repo_id(), token=hf_token)  # what a first push imports is not counted
+    for episodes in (2, 30):
+        run_id = f"run-of-{episodes}"
+        run_dir = _copy_run(oracle_run, tmp_path / run_id, run_id=run_id, edit=grow(episodes))
+        sizes.append((run_dir / "episodes.jsonl").stat().st_size)
+        repo_id = make_repo_id()
+        tracemalloc.start()
+        try:
+            pushed.append((repo_id, push_results(run_dir, repo_id, token=hf_token).commit_sha))
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    # 28 episodes more (700 KB) add less than a third of their size: the records are read 4
+    # at a time and written a row group (100 KB of them) at a time
+    assert sizes[1] - sizes[0] > 700_000
+    assert peaks[1] - peaks[0] < (sizes[1] - sizes[0]) / 3, (peaks, sizes)
+    repo_id, sha = pushed[1]
+    parquet = hf_hub_download(
+        repo_id, "runs/run-of-30/episodes.parquet", repo_type="dataset", revision=sha
+    )
+    assert pq.ParquetFile(parquet).num_row_groups > 1
+    pulled = read_run(pull_results(repo_id, sha, output_dir=tmp_path / "pulled")[0])
+    assert [r.sample for r in pulled.records] == list(range(30))
+    assert pulled.records[0].messages[-1].content == "it printed [REDACTED]"
+    assert pulled.records[-1].reset_payload["api_key"] == "[REDACTED]"
+    original = read_run(tmp_path / "run-of-30")
+    assert pulled.records[7].steps == original.records[7].steps

@@ -221,3 +221,28 @@ def test_what_cannot_be_inspected_is_refused(name: str) -> None:
     record = _record({"image": REFUSED[name]})
     with pytest.raises(ResultsError, match="nothing was pushed"):
         redact_run(_manifest(), [record], {"CORP_TOKEN": ENV_SECRET})
+
+
+def test_a_shape_is_searched_in_every_text_that_may_hold_it() -> None:
+    # the hints only skip searches that cannot match: over every corpus text as written and
+    # decoded, and over texts re's IGNORECASE matches though their letters differ
+    from taskhub.hub._redact import _PATTERNS, _may_hold, _views
+
+    tricky = [
+        "Baſic " + "dXNlcjpwYXNzd29yZA==",  # the long s matches "s" under IGNORECASE
+        "BEARER " + "abc.DEF-ghi_jkl/mno",
+        "db_PASSWORD = " + "hunter2hunter2",
+        "credentıals: " + "s3cr3tvalue!",  # the dotless i matches "i" under IGNORECASE
+        "api_Key is " + "Zx9Qw8Er7Ty6",  # the Kelvin sign matches "k"
+        "AKIA" + "IOSFODNN7EXAMPLE",
+        "postgres://admin:" + "pa55word@db",
+    ]
+    texts = [view.text for text in [c[1] for c in CORPUS] + tricky for view in _views(text)]
+    searched = 0
+    for text in texts:
+        kinds = {kind for kind, _, _ in _may_hold(text)}
+        for kind, pattern, _ in _PATTERNS:
+            if pattern.search(text):
+                searched += 1
+                assert kind in kinds, (kind, text)
+    assert searched > len(CORPUS)
