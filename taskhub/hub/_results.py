@@ -82,8 +82,8 @@ READ_ROWS = 256
 READ_BYTES = 8 << 20
 #: A row group of ``episodes.parquet`` is written once it holds this many episodes, or
 #: records of this many characters: a push holds one group at a time, whatever the run's size.
-ROW_GROUP_EPISODES = 10_000
-ROW_GROUP_CHARS = 16 << 20
+ROW_GROUP_EPISODES = 2_000
+ROW_GROUP_CHARS = 8 << 20
 
 
 def _episode_row(manifest: RunManifest, record: EpisodeRecord, line: str) -> dict[str, Any]:
