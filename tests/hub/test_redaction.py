@@ -233,7 +233,7 @@ def test_a_shape_is_searched_in_every_text_that_may_hold_it() -> None:
         "BEARER " + "abc.DEF-ghi_jkl/mno",
         "db_PASSWORD = " + "hunter2hunter2",
         "credentıals: " + "s3cr3tvalue!",  # the dotless i matches "i" under IGNORECASE
-        "api_Key is " + "Zx9Qw8Er7Ty6",  # the Kelvin sign matches "k"
+        "api_\u212aey is " + "Zx9Qw8Er7Ty6",  # the Kelvin sign matches "k"
         "AKIA" + "IOSFODNN7EXAMPLE",
         "postgres://admin:" + "pa55word@db",
     ]
