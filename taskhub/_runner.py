@@ -635,6 +635,8 @@ class _Runner:
         self.env_spec()  # no env is bad configuration: fail before anything starts
         provider, name = split_model_spec(self.config.model)
         status: RunStatus = "failed"
+        # the result, once every episode is recorded and the manifest says how the run ended
+        result: RunResult | None = None
         try:
             try:
                 if self.executor is None:
@@ -644,14 +646,17 @@ class _Runner:
                         assert self.env_info is not None
                         self.begin(self.env_info, self.model_details)
                         await self._fan_out()
+                        # the sessions close in the background (``close_idle``): the run is
+                        # concluded while their servers answer, not after
+                        result = self._conclude(provider, name)
                 else:
                     await self.executor.run(self._job(), self)
             finally:
                 if self.writer is not None:
                     self.writer.close()
-            if self.fatal is not None:
-                raise self.fatal
-            status = "failed" if self.stop_reason else "completed"
+            if result is None:
+                result = self._conclude(provider, name)
+            status = result.manifest.status
         except asyncio.CancelledError:
             status = "interrupted"
             raise
@@ -661,8 +666,26 @@ class _Runner:
         finally:
             if self.progress:
                 self.progress.complete()
-            if self.env_info is not None:
+            # a run that ended otherwise than concluded (an error, even while its sessions
+            # closed) says so
+            if self.env_info is not None and (result is None or status != result.manifest.status):
                 write_manifest(plan.run_dir, self._manifest(provider, name, status))
+        return result
+
+    def _conclude(self, provider: str, name: str) -> RunResult:
+        """Every episode is recorded: write the final manifest and summarize the run.
+
+        Raises:
+            BaseException: The error that stopped the run (``fail``), nothing written.
+        """
+        plan = self.plan
+        if self.writer is not None:
+            self.writer.close()
+        if self.fatal is not None:
+            raise self.fatal
+        status: RunStatus = "failed" if self.stop_reason else "completed"
+        assert self.env_info is not None
+        write_manifest(plan.run_dir, self._manifest(provider, name, status))
         manifest = read_manifest(plan.run_dir)
         summary = summarize(
             self.rows.table(), n_planned=plan.n_planned, comparability=manifest.comparability

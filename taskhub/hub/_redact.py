@@ -42,11 +42,12 @@ _SECRET_KEY = re.compile(
 )
 _NOT_REDACTED = r"(?!\[REDACTED\])"
 #: Names that say what follows them is a secret (``api_key``, ``x-api-key``, ``db_password``...).
-_SECRET_WORD = (
-    r"[\w-]*(?:api[_ -]?key|apikey|access[_-]?key|account[_-]?key|secret[_-]?key|"
+_SECRET_NAME = (
+    r"(?:api[_ -]?key|apikey|access[_-]?key|account[_-]?key|secret[_-]?key|"
     r"private[_-]?key|token|secret|"
     r"password|passwd|passphrase|pwd|credentials?|auth[_-]?key|client[_-]?secret)"
 )
+_SECRET_WORD = r"[\w-]*" + _SECRET_NAME
 #: (kind, pattern, replacement) of the secret shapes looked for in every string. A pattern
 #: whose replacement is "" keeps its first two groups (the label) and replaces the rest.
 _PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
@@ -94,13 +95,14 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "",
     ),
 )
-#: Text every match of a shape holds, one of each entry, case-folded: a text holding none of
-#: them is not searched for that shape (most texts hold none, and a search over a whole record
-#: is costly). ``_may_hold`` folds the text as ``re``'s IGNORECASE compares.
+#: Text every match of a shape holds, one of each entry: a text holding none of them is not
+#: searched for that shape (most texts hold none, and a search over a whole record is costly).
+#: A shape matched case-insensitively has its hints case-folded, and is looked for in the text
+#: folded as ``re``'s IGNORECASE compares (``_folded``); any other's are looked for as written.
 _HINTS: dict[str, tuple[str, ...]] = {
-    "private_key": ("-----begin",),
+    "private_key": ("-----BEGIN",),
     "bearer": ("bearer", "basic"),
-    "slack_webhook": ("hooks.slack.com/",),
+    "slack_webhook": ("https://hooks.slack.com/",),
     "discord_webhook": ("/api/webhooks/",),
     "stripe_key": ("k_live_", "k_test_"),
     "gitlab_token": (
@@ -109,46 +111,81 @@ _HINTS: dict[str, tuple[str, ...]] = {
     "openai_key": ("sk-",),
     "hf_token": ("hf_",),
     "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-    "aws_key": ("akia", "asia", "abia", "acca"),
-    "google_key": ("aiza",),
+    "aws_key": ("AKIA", "ASIA", "ABIA", "ACCA"),
+    "google_key": ("AIza",),
     "google_oauth": ("ya29.",),
     "slack_token": ("xox",),
     "npm_token": ("npm_",),
     "pypi_token": ("pypi-",),
-    "sendgrid_key": ("sg.",),
-    "twilio_key": ("sk",),
-    "jwt": ("eyj",),
+    "sendgrid_key": ("SG.",),
+    "twilio_key": ("SK",),
+    "jwt": ("eyJ",),
     "url_credentials": ("://",),
     "assignment": ("key", "token", "secret", "passw", "passphrase", "pwd", "credential"),
 }  # fmt: skip
+#: A text that may hold an assignment (``token: ...``) holds its name right before its sign:
+#: looked for first, in the folded text, without the name's leading ``[\w-]*`` (whose
+#: backtracking over every word of a whole record makes that search the costliest of all).
+_ASSIGNMENT_NEAR = re.compile(_SECRET_NAME + r"[\"']?\s*(?:[:=]|=>|is)")
+#: For a shape in ``_GATES``, a text holding one of its hints is searched only when its gate
+#: finds something (in the text as ``_may_hold`` reads it for that shape).
+_GATES: dict[str, re.Pattern[str]] = {"assignment": _ASSIGNMENT_NEAR}
 
 
-def _hint_index() -> tuple[re.Pattern[str], dict[str, list[tuple[str, re.Pattern[str], str]]]]:
-    """One search for every hint, and the shapes each hint it finds stands for.
+def _folded(text: str) -> str:
+    """``text`` case-folded so that a letter IGNORECASE matches with an ASCII one becomes it.
+
+    casefold() does that for every letter but the dotless i (kept) and the dotted capital I
+    (folded to "i" and a combining dot).
+    """
+    return text.casefold().replace("\u0131", "i").replace("i\u0307", "i")
+
+
+def _hint_index() -> tuple[re.Pattern[str], dict[str, frozenset[str]]]:
+    """One search for every hint (case-folded), and the kinds of shape each hint found stands for.
 
     At each position the search finds the longest hint there; the hints that are its
     prefixes are there too, so it stands for their shapes as well.
     """
-    hints = sorted({h for kind in _HINTS.values() for h in kind}, key=len, reverse=True)
-    search = re.compile("(?=(" + "|".join(re.escape(h) for h in hints) + "))")
-    shapes = {
-        found: [shape for shape in _PATTERNS if any(found.startswith(h) for h in _HINTS[shape[0]])]
-        for found in hints
+    folded = {kind: tuple(_folded(h) for h in hints) for kind, hints in _HINTS.items()}
+    every = sorted({h for hints in folded.values() for h in hints}, key=len, reverse=True)
+    search = re.compile("(?=(" + "|".join(re.escape(h) for h in every) + "))")
+    kinds = {
+        found: frozenset(
+            k for k, hints in folded.items() if any(found.startswith(h) for h in hints)
+        )
+        for found in every
     }
-    return search, shapes
+    return search, kinds
 
 
-_HINT_SEARCH, _HINT_SHAPES = _hint_index()
+_HINT_SEARCH, _HINT_KINDS = _hint_index()
+#: Each shape, its hints, and whether they are looked for in the folded text.
+_SHAPE_HINTS = tuple(
+    (shape, _HINTS[shape[0]], bool(shape[1].flags & re.IGNORECASE)) for shape in _PATTERNS
+)
+#: Up to this length a text's hints are found in one search (case-folded: a few shapes more
+#: than needed may be searched in it); a longer text is searched for each hint, as written for
+#: a shape matched with case, which is faster there and lets fewer shapes through.
+_ONE_SEARCH_CHARS = 256
 
 
 def _may_hold(text: str) -> list[tuple[str, re.Pattern[str], str]]:
     """The shapes of ``_PATTERNS`` that ``text`` may hold: those whose hint it holds."""
-    # casefold() as IGNORECASE compares, but for the dotless i, which re matches with "i"
-    found = set(_HINT_SEARCH.findall(text.casefold().replace("\u0131", "i")))
-    if not found:
-        return []
-    kinds = {shape[0] for hint in found for shape in _HINT_SHAPES[hint]}
-    return [shape for shape in _PATTERNS if shape[0] in kinds]
+    folded = _folded(text)
+    if len(text) <= _ONE_SEARCH_CHARS:
+        found = _HINT_SEARCH.findall(folded)
+        if not found:
+            return []
+        kinds = frozenset().union(*(_HINT_KINDS[hint] for hint in found))
+        shapes = [shape for shape in _PATTERNS if shape[0] in kinds]
+    else:
+        shapes = [
+            shape
+            for shape, hints, ignore_case in _SHAPE_HINTS
+            if any(hint in (folded if ignore_case else text) for hint in hints)
+        ]
+    return [s for s in shapes if s[0] not in _GATES or _GATES[s[0]].search(folded)]
 
 
 #: Escapes a secret may hide behind: JSON/Python escapes, percent-encoding, HTML entities.
@@ -221,6 +258,11 @@ class Redactor:
     def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
         """Prepare the needles of the exact secret values."""
         self._needles: list[tuple[str, str]] = []
+        #: Short texts found clean with the needles known (keys and values repeat in every
+        #: record): forgotten when a needle is added, or when it holds ``MAX_CLEAN`` texts.
+        self._clean: set[str] = set()
+        #: Short texts learnt already (``learn``), as many at most.
+        self._learnt: set[str] = set()
         for name, value in (secrets or {}).items():
             if not value:
                 continue
@@ -236,6 +278,10 @@ class Redactor:
         self._cache = _Found()
         self.report = RedactionReport()
 
+    #: Texts kept as clean (``_clean``) are this long at most, and this many at most.
+    CLEAN_CHARS = 256
+    MAX_CLEAN = 100_000
+
     def _add_needle(self, name: str, value: str) -> None:
         forms = {
             value,
@@ -248,6 +294,7 @@ class Redactor:
             json.dumps(value, ensure_ascii=True)[1:-1],
         }
         known = {needle for _, needle in self._needles}
+        self._clean.clear()  # a text clean before may hold the new needle
         self._needles += [
             (name, form) for form in forms if len(form) >= MIN_SECRET_LENGTH and form not in known
         ]
@@ -260,6 +307,13 @@ class Redactor:
         Values under secret-named keys and what the detectors find are learnt.
         """
         if isinstance(value, str):
+            learnt = self._learnt
+            if value in learnt:  # learning a text again finds nothing new
+                return
+            if len(value) <= self.CLEAN_CHARS:
+                if len(learnt) >= self.MAX_CLEAN:
+                    learnt.clear()
+                learnt.add(value)
             for found in self._detect(value):
                 # (the private-key detector reports the BEGIN line, which the shape covers)
                 if (
@@ -284,6 +338,8 @@ class Redactor:
         return [value for view in _views(text) for value in self._detect_plain(view.text)]
 
     def _text(self, text: str, where: str, depth: int = 0) -> str:
+        if depth == 0 and text in self._clean:
+            return text
         out = self._replace(text, where)
         for view in _views(out):
             if view.text == out:
@@ -295,6 +351,10 @@ class Redactor:
                 out = _replace_spans(out, sorted({view.original(a, b) for a, b in spans}))
         if depth == 0:
             out = self._blobs(out, where)
+            if out == text and len(text) <= self.CLEAN_CHARS:
+                if len(self._clean) >= self.MAX_CLEAN:
+                    self._clean.clear()
+                self._clean.add(text)
         return out
 
     def _replace(self, text: str, where: str) -> str:
@@ -376,6 +436,7 @@ class Redactor:
             probe = Redactor.__new__(Redactor)
             probe._needles, probe._detectors = self._needles, self._detectors
             probe._cache, probe.report = self._cache, RedactionReport()
+            probe._clean, probe._learnt = set(), set()
             probe._text(decoded, where, depth=1)
             if not probe.report.total:
                 continue

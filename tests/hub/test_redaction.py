@@ -201,6 +201,19 @@ def test_a_value_under_a_secret_key_is_redacted_where_it_reappears() -> None:
     assert value not in records[0].model_dump_json()
 
 
+def test_a_text_found_clean_is_searched_again_once_a_secret_is_learnt() -> None:
+    # texts found clean are not searched again (keys and values repeat in every record), till
+    # a new secret is learnt
+    from taskhub.hub._redact import Redactor
+
+    value = "pLain-v4lue-nobody-would-guess"
+    redactor = Redactor()
+    note = {"note": f"I saw {value}", value: 1}
+    assert redactor.redact(note) == note
+    redactor.learn({"session_token": value})
+    assert redactor.redact(note) == {"note": "I saw [REDACTED]", "[REDACTED]": 1}
+
+
 def test_text_without_secrets_is_left_alone() -> None:
     text = "The answer is 42. Move left, then up; the key to the maze is patience."
     record = _record({"question": text, "sha": "0123456789abcdef" * 2}, prompt=text, reply="42")
@@ -233,11 +246,16 @@ def test_a_shape_is_searched_in_every_text_that_may_hold_it() -> None:
         "BEARER " + "abc.DEF-ghi_jkl/mno",
         "db_PASSWORD = " + "hunter2hunter2",
         "credentıals: " + "s3cr3tvalue!",  # the dotless i matches "i" under IGNORECASE
+        "credentİals: " + "s3cr3tvalue!",  # and the dotted capital I (casefold: "i" and a dot)
         "api_\u212aey is " + "Zx9Qw8Er7Ty6",  # the Kelvin sign matches "k"
         "AKIA" + "IOSFODNN7EXAMPLE",
         "postgres://admin:" + "pa55word@db",
     ]
-    texts = [view.text for text in [c[1] for c in CORPUS] + tricky for view in _views(text)]
+    written = [c[1] for c in CORPUS] + tricky
+    # a long text is searched for its hints one by one, a short one in a single search
+    padding = "the quick brown fox, " * 16
+    written += [padding + text + " " + padding for text in written]
+    texts = [view.text for text in written for view in _views(text)]
     searched = 0
     for text in texts:
         kinds = {kind for kind, _, _ in _may_hold(text)}
