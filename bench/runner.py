@@ -22,7 +22,9 @@ repeats.
 
 Prints episodes/s of each at 1 and 8 concurrent sessions, and the ratios taskhub / openenv
 (target >= 1.0) and taskhub / raw (target >= 0.9): of the medians, which the targets are
-judged on, and the lowest and highest of the repeats' own ratios (how much the machine moved).
+judged on, and the lowest and highest of the repeats' own ratios (how much the machine moved);
+under each row, the CPU milliseconds per episode of this process (the client) and of the env
+server, medians of the repeats (at 1 session an episode lasts about the sum of both).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from overlap import process_cpu  # bench/ is on the path of a bench script
 from websockets.asyncio.client import connect
 
 from taskhub import EvalConfig, Task, evaluate_async, load_taskset
@@ -174,9 +177,18 @@ async def bench(
                 await run(2)
             for concurrency in (1, 8):
                 times: dict[str, list[float]] = {k: [] for k in runs}
+                # CPU seconds of this process (the client) and of the env server, per run
+                cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in runs}
                 for _ in range(repeats):  # interleaved, so drift hits every contender alike
                     for key, run in runs.items():
+                        client, env = time.process_time(), process_cpu(server.process.pid)
                         times[key].append(await run(concurrency))
+                        cpu[key].append(
+                            (
+                                time.process_time() - client,
+                                process_cpu(server.process.pid) - env,
+                            )
+                        )
                 median = {k: statistics.median(v) for k, v in times.items()}
                 row: dict[str, Any] = {
                     "env": name,
@@ -186,6 +198,10 @@ async def bench(
                 }
                 for key in runs:
                     row[f"{key}_eps"] = episodes / median[key]
+                    for side, at in (("client", 0), ("server", 1)):
+                        row[f"{key}_{side}_ms"] = (
+                            statistics.median(c[at] for c in cpu[key]) / episodes * 1e3
+                        )
                 row["vs_openenv"] = median["openenv"] / median["taskhub"]
                 row["vs_raw"] = median["raw"] / median["taskhub"]
                 # each repeat's own ratio (its contenders ran back to back): how far one
@@ -232,6 +248,14 @@ def main() -> None:
             f"{r['env']:<10} {r['concurrency']:>4} {r['episodes']:>8} {r['steps']:>6} "
             + " ".join(f"{r[k + '_eps']:>14.1f}" for k in CONTENDERS)
             + f" {r['vs_openenv']:>10.2f} {r['vs_raw']:>7.2f} {spreads}",
+            flush=True,
+        )
+        print(
+            f"{'':<10} {'':>4} {'CPU ms/ep':>15}: "
+            + " ".join(
+                f"{r[k + '_client_ms']:>5.2f} + {r[k + '_server_ms']:>5.2f}" for k in CONTENDERS
+            )
+            + "  (client + env server, medians)",
             flush=True,
         )
 

@@ -36,7 +36,7 @@ from taskhub._schema import (
     trusted,
 )
 from taskhub._templates import Templates, observation_text
-from taskhub._tools import Toolbox, text_call_instructions
+from taskhub._tools import Toolbox
 from taskhub.env._client import EnvSession, StepResult
 from taskhub.env._tools import tool_result
 from taskhub.models._base import GenerateRequest, ModelBackend, TurnContext
@@ -593,9 +593,7 @@ def template_variables(
             [f.model_dump() for f in toolbox.functions] if toolbox and mcp else None
         )
     if reads is None or "tool_instructions" in reads:
-        variables["tool_instructions"] = (
-            text_call_instructions(toolbox.functions) if toolbox and mcp else ""
-        )
+        variables["tool_instructions"] = toolbox.call_instructions if toolbox and mcp else ""
     return variables
 
 

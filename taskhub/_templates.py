@@ -17,7 +17,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,47 @@ DEFAULT_STEP_TEMPLATE = """\
 {%- if reward is not none %}Reward: {{ reward }}
 {% endif -%}
 {{ observation_text }}"""
+
+
+def _default_system(v: Mapping[str, Any]) -> str:
+    if v.get("tools"):
+        text = (
+            "You are an agent acting in an environment through its tools; "
+            "each tool call is one step."
+        )
+        if v["tool_calling"] != "native":
+            text += "\n" + str(v["tool_instructions"])
+        return text
+    text = "You are an agent acting in an environment, one action per reply."
+    if v["text_field"]:
+        return text + "\nReply with your " + str(v["text_field"]) + " only."
+    return (
+        text
+        + "\nReply with a single JSON object, the action, matching this JSON schema:\n"
+        + str(v["action_schema_json"])
+    )
+
+
+def _default_first(v: Mapping[str, Any]) -> str:
+    text = str(v["observation_text"])
+    return str(v["prompt"]) + "\n\n" + text if v["prompt"] else text
+
+
+def _default_step(v: Mapping[str, Any]) -> str:
+    text = str(v["observation_text"])
+    return text if v["reward"] is None else "Reward: " + str(v["reward"]) + "\n" + text
+
+
+#: The default templates written in Python (what jinja renders them to, before ``strip``),
+#: with the variables each reads: they render in every turn of most runs.
+_DEFAULT_RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], frozenset[str]]] = {
+    DEFAULT_SYSTEM_PROMPT: (
+        _default_system,
+        frozenset({"tool_calling", "tool_instructions", "text_field", "action_schema_json"}),
+    ),
+    DEFAULT_PROMPT_TEMPLATE: (_default_first, frozenset({"prompt", "observation_text"})),
+    DEFAULT_STEP_TEMPLATE: (_default_step, frozenset({"reward", "observation_text"})),
+}
 
 #: The taskset card field behind each template, for error messages.
 CARD_FIELDS = {"system": "system_prompt", "first": "prompt_template", "step": "step_template"}
@@ -260,6 +301,10 @@ class Templates:
     _constant: dict[str, str | None] = field(default_factory=dict, repr=False, compare=False)
     """Templates that read no variable, and their text once rendered (None until then)."""
     _own: set[str] = field(default_factory=set, repr=False, compare=False)
+    _fast: dict[str, tuple[Callable[[Mapping[str, Any]], str], frozenset[str]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """The templates that are defaults, rendered by their Python version."""
 
     @classmethod
     def from_card(cls, card: TasksetCard, *, own: bool = False) -> Templates:
@@ -299,6 +344,8 @@ class Templates:
                     f"taskset card {CARD_FIELDS[name]} does not compile: {exc}"
                 ) from None
             templates._compiled[name] = compiled
+            if source in _DEFAULT_RENDERERS:
+                templates._fast[name] = _DEFAULT_RENDERERS[source]
             if not used:  # the same text every time: rendered once
                 templates._constant[name] = None
             templates.reads_in[name] = used
@@ -319,6 +366,15 @@ class Templates:
         constant = self._constant.get(which)
         if constant is not None:
             return constant
+        fast = self._fast.get(which)
+        if fast is not None and fast[1] <= variables.keys():  # else jinja says what is missing
+            text = fast[0](variables)
+            if len(text) > MAX_RENDER_CHARS:
+                raise ConfigError(
+                    f"taskset card {CARD_FIELDS[which]} failed to render: the output is over "
+                    f"the {MAX_RENDER_CHARS}-character limit"
+                )
+            return text.strip()
         _render_state.deadline = time.monotonic() + RENDER_TIMEOUT_S
         try:
             chunks, size = [], 0

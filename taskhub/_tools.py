@@ -142,6 +142,11 @@ class Toolbox:
         box._validators = {f.name: _compile(f.input_schema) for f in box.functions}
         return box
 
+    @functools.cached_property
+    def call_instructions(self) -> str:
+        """``text_call_instructions`` of the functions (every episode's prompt may show it)."""
+        return text_call_instructions(self.functions)
+
     @property
     def mcp(self) -> bool:
         """Whether the env is a tool env (its actions are ``call_tool``)."""

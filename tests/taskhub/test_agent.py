@@ -190,6 +190,52 @@ def test_action_checks_agree_with_jsonschema(name: str) -> None:
             assert (validate_action(action, schema) is None) == full.is_valid(action), action
 
 
+def test_the_default_templates_render_as_jinja_renders_them() -> None:
+    # the defaults render in Python (every turn of most runs); a card that sets the same text
+    # as its own template renders it with jinja: both must agree on every value they can see
+    from itertools import product
+
+    from taskhub._templates import (
+        DEFAULT_PROMPT_TEMPLATE,
+        DEFAULT_STEP_TEMPLATE,
+        DEFAULT_SYSTEM_PROMPT,
+    )
+
+    fast = Templates.from_card(TasksetCard())
+    card = TasksetCard(
+        system_prompt=DEFAULT_SYSTEM_PROMPT + " ",
+        prompt_template=DEFAULT_PROMPT_TEMPLATE + " ",
+        step_template=DEFAULT_STEP_TEMPLATE + " ",
+    )
+    slow = Templates.from_card(card)
+    assert fast._fast and not slow._fast
+    texts = ["", " ", "x", "  two\nlines  ", "{{ not jinja }}", "\n"]
+    values = [None, 0, 1.0, -0.5, True, 3]
+    rendered = 0
+    for tools, calling, instructions, field, schema in product(
+        [None, [], [{"name": "f"}]], ["native", "text"], texts[:3], [None, "", "answer"], texts[:4]
+    ):
+        variables = {
+            "tools": tools,
+            "tool_calling": calling,
+            "tool_instructions": instructions,
+            "text_field": field,
+            "action_schema_json": schema,
+        }
+        assert fast.render("system", **variables) == slow.render("system", **variables)
+        rendered += 1
+    for prompt, text, reward in product([None, *texts], texts, values):
+        first = {"prompt": prompt, "observation_text": text}
+        assert fast.render("first", **first) == slow.render("first", **first)
+        step = {"reward": reward, "observation_text": text}
+        assert fast.render("step", **step) == slow.render("step", **step)
+        rendered += 2
+    assert rendered > 400
+    # a variable missing: jinja's own error, as before
+    with pytest.raises(ConfigError, match="undefined"):
+        fast.render("step", observation_text="x")
+
+
 def test_templates_know_what_they_read() -> None:
     card = TasksetCard(
         system_prompt="Plain rules.",
