@@ -236,6 +236,68 @@ def test_the_default_templates_render_as_jinja_renders_them() -> None:
         fast.render("step", observation_text="x")
 
 
+@pytest.mark.parametrize("name", ["arith", "gridworld", "ledger"])
+def test_a_built_in_cards_templates_render_outside_the_sandbox_as_inside(name: str) -> None:
+    from taskhub import load_taskset
+
+    card = load_taskset(name).card
+    own, sandboxed = Templates.from_card(card, own=True), Templates.from_card(card)
+    task = {"task_id": "t-1", "prompt": None, "metadata": {"family": "add"}}
+    observations = [
+        {
+            "size": 5,
+            "grid": "#....\n.A..G\n.....",
+            "position": [1, 1],
+            "goal": [1, 4],
+            "legal_moves": ["up", "down", "right"],
+            "steps_taken": 3,
+            "max_steps": 30,
+            "message": "You moved right.",
+            "question": "What is 17 + 25? {{ 1 + 1 }}",
+            "max_calls": 6,
+        },
+        {
+            "size": None,
+            "grid": "",
+            "position": None,
+            "goal": {"row": 0},
+            "legal_moves": [],
+            "steps_taken": 0,
+            "max_steps": 1.5,
+            "message": None,
+            "question": "",
+            "max_calls": 0,
+        },
+    ]
+    for observation in observations:
+        variables = {
+            "prompt": None,
+            "task": task,
+            "observation": observation,
+            "observation_text": observation_text(observation),
+            "reward": 0.5,
+            "step": 1,
+            "action_schema": {},
+            "action_schema_json": "{}",
+            "text_field": None,
+            "tool_calling": "text",
+            "tools": None,
+            "tool_instructions": "",
+        }
+        for which in ("system", "first", "step"):
+            assert own.render(which, **variables) == sandboxed.render(which, **variables)
+    # a field read as jinja reads it: the attribute first (a dict's own methods), then the item
+    from taskhub._templates import _trusted_jinja
+
+    fields = {"items": 1, "grid": "g"}
+    assert _trusted_jinja.getattr(fields, "grid") == "g"
+    assert _trusted_jinja.getattr(fields, "items") == fields.items
+    if "observation" in own.reads:  # a field missing: the same error on both sides
+        for templates in (own, sandboxed):
+            with pytest.raises(ConfigError, match="failed to render"):
+                templates.render("first", **{**variables, "observation": {}})
+
+
 def test_templates_know_what_they_read() -> None:
     card = TasksetCard(
         system_prompt="Plain rules.",
