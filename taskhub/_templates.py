@@ -311,7 +311,8 @@ class Templates:
 
     A card's templates are rendered off the event loop, under a deadline and an output limit
     that a template cannot escape (see ``BoundedSandbox``); taskhub's own (the defaults, and
-    the cards of built-in tasksets), in the loop.
+    the cards of built-in tasksets), in the loop and outside the sandbox, under the output
+    limit (the defaults in Python).
     """
 
     system: str
