@@ -269,9 +269,6 @@ def observation_text(observation: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: Renders taskhub's own templates (the defaults, the cards of built-in tasksets): they are as
-#: trusted as its code, so they render without the sandbox's checks (a quarter of the time).
-#: What they show still comes from the env: the output limit holds for them too.
 class _TrustedEnvironment(Environment):
     """jinja's environment, reading a dict's field (``observation.grid``) without an exception.
 
@@ -286,6 +283,9 @@ class _TrustedEnvironment(Environment):
         return super().getattr(obj, attribute)
 
 
+#: Renders taskhub's own templates (the defaults, the cards of built-in tasksets): they are as
+#: trusted as its code, so they render without the sandbox's checks (gridworld's step prompt in
+#: less than half the time). What they show still comes from the env: the output limit holds.
 _trusted_jinja = _TrustedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
 
 
