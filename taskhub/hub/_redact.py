@@ -278,9 +278,16 @@ class Redactor:
         self._cache = _Found()
         self.report = RedactionReport()
 
-    #: Texts kept as clean (``_clean``) are this long at most, and this many at most.
+    #: Texts kept (``_clean``, ``_learnt``) are this long at most, and this many at most.
     CLEAN_CHARS = 256
     MAX_CLEAN = 100_000
+
+    def _keep(self, texts: set[str], text: str) -> None:
+        """Add ``text`` to ``texts`` if it is short, emptying ``texts`` when it is full."""
+        if len(text) <= self.CLEAN_CHARS:
+            if len(texts) >= self.MAX_CLEAN:
+                texts.clear()
+            texts.add(text)
 
     def _add_needle(self, name: str, value: str) -> None:
         forms = {
@@ -307,13 +314,9 @@ class Redactor:
         Values under secret-named keys and what the detectors find are learnt.
         """
         if isinstance(value, str):
-            learnt = self._learnt
-            if value in learnt:  # learning a text again finds nothing new
+            if value in self._learnt:  # learning a text again finds nothing new
                 return
-            if len(value) <= self.CLEAN_CHARS:
-                if len(learnt) >= self.MAX_CLEAN:
-                    learnt.clear()
-                learnt.add(value)
+            self._keep(self._learnt, value)
             for found in self._detect(value):
                 # (the private-key detector reports the BEGIN line, which the shape covers)
                 if (
@@ -351,10 +354,8 @@ class Redactor:
                 out = _replace_spans(out, sorted({view.original(a, b) for a, b in spans}))
         if depth == 0:
             out = self._blobs(out, where)
-            if out == text and len(text) <= self.CLEAN_CHARS:
-                if len(self._clean) >= self.MAX_CLEAN:
-                    self._clean.clear()
-                self._clean.add(text)
+            if out == text:
+                self._keep(self._clean, text)
         return out
 
     def _replace(self, text: str, where: str) -> str:
