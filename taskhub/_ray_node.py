@@ -15,6 +15,7 @@ import asyncio
 import importlib.util
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
     from taskhub._runner import EpisodeWorker
     from taskhub._schema import EnvInfo, EpisodeRecord, Task
     from taskhub.env._launch import LocalServer
+
+#: A node worker's folder (its env servers' logs) is made in the temporary folder under this
+#: prefix, with an ``owner`` file naming the host and process it belongs to.
+FOLDER_PREFIX = "taskhub-ray-"
 
 #: Seconds a finished episode's record waits on its worker for others to travel back with it
 #: (one Ray object per batch rather than per record); a chunk's last record never waits.
@@ -80,7 +85,9 @@ class NodeWorker:
         (and so reports why they cannot start the same way).
         """
         self.phases = {"actor up": time.time()}
-        self.log_dir = Path(tempfile.mkdtemp(prefix="taskhub-ray-"))
+        sweep_lost_folders(Path(tempfile.gettempdir()))
+        self.log_dir = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
+        (self.log_dir / "owner").write_text(_owner(os.getpid()), encoding="utf-8")
         self.early: list[tuple[Path, int, subprocess.Popen[bytes], Path]] = []
         self.servers: list[LocalServer] = []
         self.worker: EpisodeWorker | None = None
@@ -229,6 +236,45 @@ class NodeWorker:
             process.kill()
             process.wait()
         self.early = []
+
+
+def sweep_lost_folders(root: Path) -> list[Path]:
+    """Remove the folders of node workers that ended without ``stop`` (killed, or lost).
+
+    A worker removes its folder when it stops; one that is killed cannot. Its folder is
+    removed here, by the next worker that starts on the same host, once its process is gone:
+    a folder whose ``owner`` names another host (a container sharing the folder), a process
+    still alive, or nothing readable, is left alone.
+
+    Returns:
+        The folders removed.
+    """
+    removed = []
+    for folder in root.glob(f"{FOLDER_PREFIX}*"):
+        try:
+            owner = (folder / "owner").read_text(encoding="utf-8")[:300]
+        except (OSError, UnicodeDecodeError):
+            continue
+        pid = owner.rpartition(" ")[2]
+        if not pid.isdigit() or owner != _owner(int(pid)) or _alive(int(pid)):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _owner(pid: int) -> str:
+    return f"{socket.gethostname()} {pid}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _error_info(exc: BaseException) -> dict[str, str]:

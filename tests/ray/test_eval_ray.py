@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -138,6 +139,14 @@ def _wait(predicate: Any, what: str, timeout: float = 240) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (exited, or a zombie nobody reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def _count(run_dir: Path) -> int:
@@ -280,3 +289,51 @@ print(json.dumps({"loaded": loaded, "status": status, "exit": process.poll(), "p
     assert out["loaded"] == []  # not even taskhub's own package
     assert out["status"] == 200 and out["exit"] is not None  # it served, and was stopped
     assert out["phases"] == ["actor up", "env launched"]
+
+
+def test_a_killed_node_workers_folder_is_removed_by_the_next_worker_on_its_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker killed with its env server cannot remove its folder; the next one does."""
+    from taskhub._ray_node import FOLDER_PREFIX, EarlyLaunch, NodeWorker
+    from taskhub.env import builtin_envs
+    from taskhub.env._launch import server_command
+
+    launch = EarlyLaunch(server_command(builtin_envs()["arith"]), builtin="arith", max_sessions=2)
+    script = """
+import pickle, sys, time
+from taskhub._ray_node import NodeWorker
+worker = NodeWorker(pickle.loads(sys.stdin.buffer.read()))
+print(worker.log_dir, worker.early[0][2].pid, flush=True)
+time.sleep(300)
+"""
+    victim = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert victim.stdin is not None and victim.stdout is not None
+    victim.stdin.write(pickle.dumps(launch))
+    victim.stdin.close()
+    folder_text, server_pid = victim.stdout.readline().decode().split()
+    lost = Path(folder_text)
+    assert lost.parent == tmp_path and (lost / "env-logs").is_dir()
+    victim.kill()  # SIGKILL: nothing of the worker runs after it
+    victim.wait(30)
+    victim.stdout.close()
+    _wait(lambda: _gone(int(server_pid)), "its env server to die with it", timeout=30)
+    assert lost.is_dir()
+    # another host's folder (a container sharing the folder) and a live process's stay
+    elsewhere = tmp_path / f"{FOLDER_PREFIX}elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "owner").write_text(f"another-host {victim.pid}")
+    alive = tmp_path / f"{FOLDER_PREFIX}alive"
+    alive.mkdir()
+    (alive / "owner").write_text(lost.joinpath("owner").read_text().rsplit(" ", 1)[0] + " 1")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    worker = NodeWorker()
+    assert not lost.exists()
+    assert elsewhere.is_dir() and alive.is_dir() and worker.log_dir.is_dir()
+    asyncio.run(worker.stop())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([elsewhere.name, alive.name])
