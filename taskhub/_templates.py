@@ -114,6 +114,7 @@ RENDER_TIMEOUT_S = 10.0
 _MAX_EXPONENT = 256
 _WIDTH = re.compile(r"%[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?|\{[^{}]*:[^{}]*?(\d+)[^{}]*\}")
 _render_state = threading.local()
+_OVER_THE_LIMIT = f"the output is over the {MAX_RENDER_CHARS}-character limit"
 
 
 class TemplateLimitError(SecurityError):
@@ -399,9 +400,7 @@ class Templates:
             for chunk in self._compiled[which].generate(**variables):
                 size += len(chunk)
                 if size > MAX_RENDER_CHARS:
-                    raise TemplateLimitError(
-                        f"the output is over the {MAX_RENDER_CHARS}-character limit"
-                    )
+                    raise TemplateLimitError(_OVER_THE_LIMIT)
                 chunks.append(chunk)
                 _check_deadline()
             text = "".join(chunks).strip()
@@ -436,8 +435,7 @@ class Templates:
             ) from None
         if len(text) > MAX_RENDER_CHARS:
             raise ConfigError(
-                f"taskset card {CARD_FIELDS[which]} failed to render: the output is over the "
-                f"{MAX_RENDER_CHARS}-character limit"
+                f"taskset card {CARD_FIELDS[which]} failed to render: {_OVER_THE_LIMIT}"
             )
         text = text.strip()
         if which in self._constant:
