@@ -21,10 +21,12 @@ repeats.
         [--envs gridworld arith ledger]
 
 Prints episodes/s of each at 1 and 8 concurrent sessions, and the ratios taskhub / openenv
-(target >= 1.0) and taskhub / raw (target >= 0.9): of the medians, which the targets are
-judged on, and the lowest and highest of the repeats' own ratios (how much the machine moved);
-under each row, the CPU milliseconds per episode of this process (the client) and of the env
-server, medians of the repeats (at 1 session an episode lasts about the sum of both).
+(target >= 1.0) and taskhub / raw (target >= 0.9) on gridworld and arith, the reference envs
+the targets were set on (ledger, the tool env, is judged the same way beside them): of the
+medians, which the targets are judged on, and the lowest and highest of the repeats' own
+ratios (how much the machine moved); under each row, the CPU milliseconds per episode of this
+process (the client) and of the env server, medians of the repeats (at 1 session an episode
+lasts about the sum of both).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ from taskhub.env import builtin_envs, launch_server, wait_healthy
 
 TARGET_OPENENV = 1.0
 TARGET_RAW = 0.9
+#: The reference envs the targets were set on; ledger (a tool env) is measured beside them.
+TARGET_ENVS = ("gridworld", "arith")
 
 
 def oracle_actions(task: Task) -> list[dict[str, Any]]:
@@ -262,14 +266,21 @@ def main() -> None:
     rows = []
     for name in args.envs:
         rows += asyncio.run(bench(name, args.episodes, args.samples, args.repeats, report))
-    worst_openenv = min(r["vs_openenv"] for r in rows)
-    worst_raw = min(r["vs_raw"] for r in rows)
-    ok = worst_openenv >= TARGET_OPENENV and worst_raw >= TARGET_RAW
-    print(
-        f"worst taskhub/openenv {worst_openenv:.2f} (target >= {TARGET_OPENENV}), "
-        f"worst taskhub/raw {worst_raw:.2f} (target >= {TARGET_RAW}): "
-        f"{'PASS' if ok else 'FAIL'}"
-    )
+    for label, group in (
+        ("the target's envs", [r for r in rows if r["env"] in TARGET_ENVS]),
+        ("beside them", [r for r in rows if r["env"] not in TARGET_ENVS]),
+    ):
+        if not group:
+            continue
+        worst_openenv = min(r["vs_openenv"] for r in group)
+        worst_raw = min(r["vs_raw"] for r in group)
+        ok = worst_openenv >= TARGET_OPENENV and worst_raw >= TARGET_RAW
+        names = ", ".join(dict.fromkeys(r["env"] for r in group))
+        print(
+            f"{label} ({names}): worst taskhub/openenv {worst_openenv:.2f} (target >= "
+            f"{TARGET_OPENENV}), worst taskhub/raw {worst_raw:.2f} (target >= {TARGET_RAW}): "
+            f"{'PASS' if ok else 'FAIL'}"
+        )
 
 
 if __name__ == "__main__":
