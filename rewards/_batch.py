@@ -16,6 +16,9 @@ from taskhub import RewardError
 
 from ._pool import RewardPool
 
+#: Batches of a ``PoolCalls`` in the pool per worker, beyond which calls wait to fill a batch.
+RUNNING_PER_WORKER = 2
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -29,34 +32,55 @@ class MicroBatcher(Generic[T, R]):
     """
 
     def __init__(
-        self, handler: Callable[[list[T]], Awaitable[list[R | BaseException]]], max_batch: int
+        self,
+        handler: Callable[[list[T]], Awaitable[list[R | BaseException]]],
+        max_batch: int,
+        *,
+        max_running: int | None = None,
     ) -> None:
-        """Batch calls to ``handler``."""
+        """Batch calls to ``handler``.
+
+        ``max_running``: while this many batches run, a batch that is not full waits, for more
+        items or for one of them to end (the handler is busy anyway: fuller batches cost it
+        fewer calls). None: every turn's items go at the end of the turn.
+        """
         self.handler = handler
         self.max_batch = max(1, max_batch)
+        self.max_running = None if max_running is None else max(1, max_running)
         self._pending: list[tuple[T, asyncio.Future[R]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
+        self._running = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def __call__(self, item: T) -> R:
         """Submit ``item`` with the current batch and wait for its result."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a new run's loop: what an old one left behind is dead
-            self._pending, self._loop, self._scheduled = [], loop, False
+            self._pending, self._loop, self._scheduled, self._running = [], loop, False, 0
         future: asyncio.Future[R] = loop.create_future()
         self._pending.append((item, future))
         if len(self._pending) >= self.max_batch:
             self._flush()
-        elif not self._scheduled:
-            self._scheduled = True
-            loop.call_soon(self._flush)
+        else:
+            self._schedule()
         return await future
 
-    def _flush(self) -> None:
+    def _schedule(self) -> None:
+        """Flush at the end of this turn, unless the batches running hold it back."""
+        if not self._scheduled and self._pending:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._turn_ended)
+
+    def _turn_ended(self) -> None:
         self._scheduled = False
+        if self.max_running is None or self._running < self.max_running:
+            self._flush()  # else a batch that ends flushes it (``_run``), or it fills up
+
+    def _flush(self) -> None:
         batch, self._pending = self._pending, []
         if batch:
+            self._running += 1
             task = asyncio.get_running_loop().create_task(self._run(batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -70,6 +94,9 @@ class MicroBatcher(Generic[T, R]):
                 if not future.done():
                     future.set_exception(RewardError(message))
             return
+        finally:
+            self._running -= 1
+            self._schedule()  # the items held back while it ran
         for (_, future), result in zip(batch, results, strict=True):
             if future.done():  # its caller gave up (cancelled)
                 continue
@@ -113,7 +140,11 @@ class PoolCalls:
         self.fn = fn
         self.timeout_s = timeout_s
         self.label = label
-        self._batcher: MicroBatcher[tuple[Any, ...], Any] = MicroBatcher(self._run, max_batch)
+        # while every worker has a batch running and the next one waiting, calls gather into
+        # fuller batches instead of going one by one
+        self._batcher: MicroBatcher[tuple[Any, ...], Any] = MicroBatcher(
+            self._run, max_batch, max_running=RUNNING_PER_WORKER * pool.size
+        )
 
     async def __call__(self, *args: Any) -> Any:
         """Return ``fn(*args)``, computed in a worker process.

@@ -229,3 +229,65 @@ def test_a_source_tree_in_the_current_directory_does_not_shadow_the_workers_inst
     tmp_path: Path,
 ) -> None:
     assert shadowed_run(tmp_path, shadow_path=False)["result"] == "120"
+
+
+def test_calls_that_come_one_by_one_while_batches_run_gather_into_fuller_batches() -> None:
+    from taskhub.rewards._batch import MicroBatcher
+
+    async def main(max_running: int | None) -> list[list[int]]:
+        batches: list[list[int]] = []
+        release = asyncio.Event()
+
+        async def handler(items: list[int]) -> list[int]:
+            batches.append(items)
+            await release.wait()
+            return [item * 10 for item in items]
+
+        batcher = MicroBatcher(handler, 4, max_running=max_running)
+        calls = []
+        for item in range(7):  # one call per turn of the loop, as episodes end in a rescore
+            calls.append(asyncio.ensure_future(batcher(item)))
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        held = [list(b) for b in batches]
+        release.set()
+        assert await asyncio.gather(*calls) == [item * 10 for item in range(7)]
+        return [held, batches]
+
+    # one batch running holds the others back: they gather (4 fill a batch, which goes at once)
+    held, batches = asyncio.run(main(1))
+    assert held == [[0], [1, 2, 3, 4]]
+    assert batches == [[0], [1, 2, 3, 4], [5, 6]]
+    # without a bound, each turn's call is a batch of its own
+    held, batches = asyncio.run(main(None))
+    assert batches == [[item] for item in range(7)]
+
+
+def test_a_rescore_sized_burst_reaches_the_pool_in_few_jobs() -> None:
+    """Calls arriving one by one while the pool works on earlier ones share its jobs."""
+    from taskhub.rewards._batch import RUNNING_PER_WORKER, PoolCalls
+
+    class Counting(RewardPool):
+        jobs = 0
+
+        def submit(self, fn, /, *args, timeout_s, label=""):  # type: ignore[no-untyped-def]
+            Counting.jobs += 1
+            return super().submit(fn, *args, timeout_s=timeout_s, label=label)
+
+    pool = Counting(workers=1)
+    try:
+        assert pool.wait_ready(60)
+        calls = PoolCalls(pool, pool_jobs.sleep, timeout_s=30, label="sleep")
+
+        async def main() -> list[float]:
+            started = []
+            for _ in range(40):
+                started.append(asyncio.ensure_future(calls(0.01)))
+                await asyncio.sleep(0)
+            return await asyncio.gather(*started)
+
+        assert asyncio.run(main()) == [0.01] * 40
+        # the first batches go alone; the calls that come while they run fill batches of 8
+        assert Counting.jobs <= RUNNING_PER_WORKER + 40 // 8 + 1, Counting.jobs
+    finally:
+        pool.shutdown()
