@@ -34,6 +34,7 @@ from taskhub import (
     resume,
 )
 from taskhub._ray import CHUNK_SHARE, chunk_size
+from tests.rewards.test_pool import wait_gone
 from tests.servers import FakeEnv, observation
 from tests.taskhub.test_runner import stable, write_taskset
 
@@ -139,14 +140,6 @@ def _wait(predicate: Any, what: str, timeout: float = 240) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
-
-
-def _gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (exited, or a zombie nobody reaped yet)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def _count(run_dir: Path) -> int:
@@ -322,7 +315,7 @@ time.sleep(300)
     victim.kill()  # SIGKILL: nothing of the worker runs after it
     victim.wait(30)
     victim.stdout.close()
-    _wait(lambda: _gone(int(server_pid)), "its env server to die with it", timeout=30)
+    assert wait_gone(int(server_pid), timeout=30)  # its env server dies with it
     assert lost.is_dir()
     # another host's folder (a container sharing the folder) and a live process's stay
     elsewhere = tmp_path / f"{FOLDER_PREFIX}elsewhere"
