@@ -1,7 +1,10 @@
 r"""taskhub's external rewards: real reward libraries, LLM judges and adapters for user code.
 
-Importing this package registers every reward below (the ``taskhub.rewards`` entry point names
-it, so ``--reward math_verify`` works without importing anything). The libraries themselves are
+The rewards below register on the registry's first lookup: the ``taskhub.rewards`` entry point
+names ``taskhub.rewards._builtin``, which imports them, so ``--reward math_verify`` works without
+importing anything. Importing this package imports none of its modules (each name below is
+imported when first used): a reward worker process, which imports the pool's worker module and
+its reward's library, starts in the time the library takes. The libraries themselves are
 imported when a reward is built, never here.
 
 | spec | what | runs |
@@ -21,19 +24,53 @@ Every value is in [0, 1] except the adapters'; an empty answer never scores.
 
 from __future__ import annotations
 
-from . import _adapters, _format, _judge, _math, _reasoning_gym, _text  # noqa: F401
-from ._adapters import PYTHON_ARGUMENTS, AttrDict, TrlBatch, trl_columns, trl_sample
-from ._answer import (
-    action_text,
-    final_answer,
-    final_reply,
-    has_answer,
-    references,
-    task_prompt,
-)
-from ._judge import DEFAULT_TEMPLATE, Judge, parse_judge_score
-from ._math import parse_math, verify_math
-from ._pool import RewardPool, shared_pool
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; _SOURCES names the same (tests/test_exports.py)
+    from ._adapters import PYTHON_ARGUMENTS, AttrDict, TrlBatch, trl_columns, trl_sample
+    from ._answer import (
+        action_text,
+        final_answer,
+        final_reply,
+        has_answer,
+        references,
+        task_prompt,
+    )
+    from ._judge import DEFAULT_TEMPLATE, Judge, parse_judge_score
+    from ._math_work import parse_math, verify_math
+    from ._pool import RewardPool, shared_pool
+
+#: The module of each public name, imported when the name is first used.
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "_adapters": ("PYTHON_ARGUMENTS", "AttrDict", "TrlBatch", "trl_columns", "trl_sample"),
+    "_answer": (
+        "action_text",
+        "final_answer",
+        "final_reply",
+        "has_answer",
+        "references",
+        "task_prompt",
+    ),
+    "_judge": ("DEFAULT_TEMPLATE", "Judge", "parse_judge_score"),
+    "_math_work": ("parse_math", "verify_math"),
+    "_pool": ("RewardPool", "shared_pool"),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("." + module, __name__), name)
+    globals()[name] = value  # found here from now on, without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})
+
 
 __all__ = [
     "AttrDict",

@@ -57,7 +57,8 @@ _AHEAD = 8
 #: How long a worker may take to exit after being asked to, at shutdown.
 _STOP_GRACE_S = 2.0
 #: What a worker process runs (kept apart: the package never imports it, or ``-m`` would warn).
-_WORKER_MODULE = __name__.rpartition(".")[0] + "._worker"
+_PACKAGE = __name__.rpartition(".")[0]
+_WORKER_MODULE = _PACKAGE + "._worker"
 #: The job id of a worker's "ready" message (``_worker.READY``).
 READY = -1
 #: What a worker runs first: it imports the worker module and says why when it cannot (an
@@ -465,5 +466,5 @@ def shared_pool() -> RewardPool:
     with _shared_lock:
         if _shared is None or _shared._closing:
             # math-verify (with sympy) is what the pool is for: import it before the first job
-            _shared = RewardPool(preload=("math_verify",))
+            _shared = RewardPool(preload=("math_verify", _PACKAGE + "._math_work"))
         return _shared

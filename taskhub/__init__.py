@@ -7,152 +7,323 @@ directory with full provenance.
 
 from __future__ import annotations
 
-from taskhub._agent import parse_action
-from taskhub._comparability import comparability, describe_differences, total_range
-from taskhub._compare import RunComparison, TaskChange, compare_runs
-from taskhub._episode import EpisodePlan, plan_episode, record_episode
-from taskhub._errors import (
-    AgentFormatError,
-    ConfigError,
-    EnvCapacityError,
-    EnvClosedError,
-    EnvConnectError,
-    EnvError,
-    EnvExecutionError,
-    EnvLaunchError,
-    EnvProtocolError,
-    EnvTimeout,
-    ExecutorError,
-    MissingDependencyError,
-    ModelAuthError,
-    ModelError,
-    PluginError,
-    RemoteCodeError,
-    ResultsError,
-    RewardError,
-    SchemaError,
-    TaskApiUnsupported,
-    TaskhubError,
-    TasksetError,
-    TasksetNotFound,
-    UnknownPluginError,
-)
-from taskhub._executor import EpisodeJob, EpisodeSink, Executor
-from taskhub._merge import MergeResult, merge_runs
-from taskhub._ray import RayExecutor, WorkerInfo, connect_ray
-from taskhub._registry import create, model_backend, registry, reward, validator
-from taskhub._rescore import rescore, rescore_async, rescore_record, rescore_records
-from taskhub._results import (
-    ComponentSummary,
-    GroupSummary,
-    Run,
-    RunSummary,
-    TaskSummary,
-    component_summaries,
-    group_summaries,
-    iter_results,
-    read_manifest,
-    read_results,
-    read_run,
-    summarize,
-    summarize_groups,
-    task_field,
-    write_manifest,
-    write_results,
-)
-from taskhub._results_table import (
-    RESULT_COLUMNS,
-    index_results,
-    iter_results_tables,
-    read_results_table,
-    results_schema,
-    task_field_column,
-)
-from taskhub._rewards import (
-    BoundReward,
-    RewardFn,
-    RewardSet,
-    RewardSpec,
-    Score,
-    build_reward,
-    score_episode,
-    total_reward,
-)
-from taskhub._runner import (
-    EpisodeWorker,
-    Progress,
-    RunInterrupted,
-    RunResult,
-    evaluate,
-    evaluate_async,
-    resume,
-    resume_async,
-    select_tasks,
-)
-from taskhub._schema import (
-    OUTCOMES,
-    RFC008_REPORT_VERSION,
-    SCHEMA_VERSION,
-    ChatMessage,
-    CheckLevel,
-    CheckResult,
-    CheckStatus,
-    Comparability,
-    EnvInfo,
-    EpisodeRecord,
-    ErrorInfo,
-    EvalConfig,
-    ExecutorInfo,
-    Lane,
-    ModelInfo,
-    Outcome,
-    PluginSpec,
-    RewardComponent,
-    RewardInfo,
-    RunManifest,
-    SamplingParams,
-    Severity,
-    StepRecord,
-    Task,
-    TasksetCard,
-    TasksetRef,
-    ToolCall,
-    ToolCalling,
-    ToolSpec,
-    Usage,
-    ValidationReport,
-    Verdict,
-    WireDialect,
-    canonical_json,
-)
-from taskhub._stats import (
-    bounded_mean_ci,
-    mcnemar_exact,
-    mean_ci,
-    paired_difference,
-    pass_at_k,
-    success_interval,
-    wilson_interval,
-)
-from taskhub._taskset import Taskset, builtin_tasksets, load_taskset, read_card
-from taskhub._tools import Toolbox
-from taskhub._urls import redact_url
-from taskhub._version import __version__
-from taskhub.hub import (
-    ProfileResult,
-    PushResult,
-    RedactionReport,
-    Redactor,
-    RunRedactor,
-    TasksetInfo,
-    describe_taskset,
-    init_taskset,
-    profile_taskset,
-    pull_results,
-    push_results,
-    push_taskset,
-    redact_run,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; _SOURCES names the same (tests/test_api.py)
+    from taskhub._agent import parse_action
+    from taskhub._comparability import comparability, describe_differences, total_range
+    from taskhub._compare import RunComparison, TaskChange, compare_runs
+    from taskhub._episode import EpisodePlan, plan_episode, record_episode
+    from taskhub._errors import (
+        AgentFormatError,
+        ConfigError,
+        EnvCapacityError,
+        EnvClosedError,
+        EnvConnectError,
+        EnvError,
+        EnvExecutionError,
+        EnvLaunchError,
+        EnvProtocolError,
+        EnvTimeout,
+        ExecutorError,
+        MissingDependencyError,
+        ModelAuthError,
+        ModelError,
+        PluginError,
+        RemoteCodeError,
+        ResultsError,
+        RewardError,
+        SchemaError,
+        TaskApiUnsupported,
+        TaskhubError,
+        TasksetError,
+        TasksetNotFound,
+        UnknownPluginError,
+    )
+    from taskhub._executor import EpisodeJob, EpisodeSink, Executor
+    from taskhub._merge import MergeResult, merge_runs
+    from taskhub._ray import RayExecutor, WorkerInfo, connect_ray
+    from taskhub._registry import create, model_backend, registry, reward, validator
+    from taskhub._rescore import rescore, rescore_async, rescore_record, rescore_records
+    from taskhub._results import (
+        ComponentSummary,
+        GroupSummary,
+        Run,
+        RunSummary,
+        TaskSummary,
+        component_summaries,
+        group_summaries,
+        iter_results,
+        read_manifest,
+        read_results,
+        read_run,
+        summarize,
+        summarize_groups,
+        task_field,
+        write_manifest,
+        write_results,
+    )
+    from taskhub._results_table import (
+        RESULT_COLUMNS,
+        index_results,
+        iter_results_tables,
+        read_results_table,
+        results_schema,
+        task_field_column,
+    )
+    from taskhub._rewards import (
+        BoundReward,
+        RewardFn,
+        RewardSet,
+        RewardSpec,
+        Score,
+        build_reward,
+        score_episode,
+        total_reward,
+    )
+    from taskhub._runner import (
+        EpisodeWorker,
+        Progress,
+        RunInterrupted,
+        RunResult,
+        evaluate,
+        evaluate_async,
+        resume,
+        resume_async,
+        select_tasks,
+    )
+    from taskhub._schema import (
+        OUTCOMES,
+        RFC008_REPORT_VERSION,
+        SCHEMA_VERSION,
+        ChatMessage,
+        CheckLevel,
+        CheckResult,
+        CheckStatus,
+        Comparability,
+        EnvInfo,
+        EpisodeRecord,
+        ErrorInfo,
+        EvalConfig,
+        ExecutorInfo,
+        Lane,
+        ModelInfo,
+        Outcome,
+        PluginSpec,
+        RewardComponent,
+        RewardInfo,
+        RunManifest,
+        SamplingParams,
+        Severity,
+        StepRecord,
+        Task,
+        TasksetCard,
+        TasksetRef,
+        ToolCall,
+        ToolCalling,
+        ToolSpec,
+        Usage,
+        ValidationReport,
+        Verdict,
+        WireDialect,
+        canonical_json,
+    )
+    from taskhub._stats import (
+        bounded_mean_ci,
+        mcnemar_exact,
+        mean_ci,
+        paired_difference,
+        pass_at_k,
+        success_interval,
+        wilson_interval,
+    )
+    from taskhub._taskset import Taskset, builtin_tasksets, load_taskset, read_card
+    from taskhub._tools import Toolbox
+    from taskhub._urls import redact_url
+    from taskhub._version import __version__
+    from taskhub.hub import (
+        ProfileResult,
+        PushResult,
+        RedactionReport,
+        Redactor,
+        RunRedactor,
+        TasksetInfo,
+        describe_taskset,
+        init_taskset,
+        profile_taskset,
+        pull_results,
+        push_results,
+        push_taskset,
+        redact_run,
+    )
+
+#: The module of each public name. ``import taskhub`` imports none of them: a name's module is
+#: imported when the name is first used, so a process that needs little (a reward worker,
+#: ``taskhub --help``) does not pay for the whole package.
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "taskhub._agent": ("parse_action",),
+    "taskhub._comparability": ("comparability", "describe_differences", "total_range"),
+    "taskhub._compare": ("RunComparison", "TaskChange", "compare_runs"),
+    "taskhub._episode": ("EpisodePlan", "plan_episode", "record_episode"),
+    "taskhub._errors": (
+        "AgentFormatError",
+        "ConfigError",
+        "EnvCapacityError",
+        "EnvClosedError",
+        "EnvConnectError",
+        "EnvError",
+        "EnvExecutionError",
+        "EnvLaunchError",
+        "EnvProtocolError",
+        "EnvTimeout",
+        "ExecutorError",
+        "MissingDependencyError",
+        "ModelAuthError",
+        "ModelError",
+        "PluginError",
+        "RemoteCodeError",
+        "ResultsError",
+        "RewardError",
+        "SchemaError",
+        "TaskApiUnsupported",
+        "TaskhubError",
+        "TasksetError",
+        "TasksetNotFound",
+        "UnknownPluginError",
+    ),
+    "taskhub._executor": ("EpisodeJob", "EpisodeSink", "Executor"),
+    "taskhub._merge": ("MergeResult", "merge_runs"),
+    "taskhub._ray": ("RayExecutor", "WorkerInfo", "connect_ray"),
+    "taskhub._registry": ("create", "model_backend", "registry", "reward", "validator"),
+    "taskhub._rescore": ("rescore", "rescore_async", "rescore_record", "rescore_records"),
+    "taskhub._results": (
+        "ComponentSummary",
+        "GroupSummary",
+        "Run",
+        "RunSummary",
+        "TaskSummary",
+        "component_summaries",
+        "group_summaries",
+        "iter_results",
+        "read_manifest",
+        "read_results",
+        "read_run",
+        "summarize",
+        "summarize_groups",
+        "task_field",
+        "write_manifest",
+        "write_results",
+    ),
+    "taskhub._results_table": (
+        "RESULT_COLUMNS",
+        "index_results",
+        "iter_results_tables",
+        "read_results_table",
+        "results_schema",
+        "task_field_column",
+    ),
+    "taskhub._rewards": (
+        "BoundReward",
+        "RewardFn",
+        "RewardSet",
+        "RewardSpec",
+        "Score",
+        "build_reward",
+        "score_episode",
+        "total_reward",
+    ),
+    "taskhub._runner": (
+        "EpisodeWorker",
+        "Progress",
+        "RunInterrupted",
+        "RunResult",
+        "evaluate",
+        "evaluate_async",
+        "resume",
+        "resume_async",
+        "select_tasks",
+    ),
+    "taskhub._schema": (
+        "OUTCOMES",
+        "RFC008_REPORT_VERSION",
+        "SCHEMA_VERSION",
+        "ChatMessage",
+        "CheckLevel",
+        "CheckResult",
+        "CheckStatus",
+        "Comparability",
+        "EnvInfo",
+        "EpisodeRecord",
+        "ErrorInfo",
+        "EvalConfig",
+        "ExecutorInfo",
+        "Lane",
+        "ModelInfo",
+        "Outcome",
+        "PluginSpec",
+        "RewardComponent",
+        "RewardInfo",
+        "RunManifest",
+        "SamplingParams",
+        "Severity",
+        "StepRecord",
+        "Task",
+        "TasksetCard",
+        "TasksetRef",
+        "ToolCall",
+        "ToolCalling",
+        "ToolSpec",
+        "Usage",
+        "ValidationReport",
+        "Verdict",
+        "WireDialect",
+        "canonical_json",
+    ),
+    "taskhub._stats": (
+        "bounded_mean_ci",
+        "mcnemar_exact",
+        "mean_ci",
+        "paired_difference",
+        "pass_at_k",
+        "success_interval",
+        "wilson_interval",
+    ),
+    "taskhub._taskset": ("Taskset", "builtin_tasksets", "load_taskset", "read_card"),
+    "taskhub._tools": ("Toolbox",),
+    "taskhub._urls": ("redact_url",),
+    "taskhub._version": ("__version__",),
+    "taskhub.hub": (
+        "ProfileResult",
+        "PushResult",
+        "RedactionReport",
+        "Redactor",
+        "RunRedactor",
+        "TasksetInfo",
+        "describe_taskset",
+        "init_taskset",
+        "profile_taskset",
+        "pull_results",
+        "push_results",
+        "push_taskset",
+        "redact_run",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'taskhub' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # found here from now on, without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})
+
 
 __all__ = [
     "AgentFormatError",
