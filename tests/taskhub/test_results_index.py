@@ -253,3 +253,31 @@ def test_components_repeated_over_many_records_read_as_from_the_records(tmp_path
     from_index = read_results_table(path, columns=columns).to_pylist()
     assert from_index == [{k: row[k] for k in columns} for row in full_parse(path)]
     assert [r["reward_components"][0]["value"] for r in from_index[:3]] == [1.0, 0.0, None]
+
+
+@pytest.mark.parametrize("source", ["index", "records"])
+def test_a_summary_read_counts_what_it_drops_and_reads_the_file_once(
+    tmp_path: Path, source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import taskhub._results_table as results_table
+    from taskhub._results import SUMMARY_COLUMNS
+    from taskhub._results_table import dropped_records, read_results_table_dropped
+
+    assert "sample" not in SUMMARY_COLUMNS  # a key column the read adds, then drops
+    path = tmp_path / "episodes.jsonl"
+    first = records()
+    # t-0 recorded twice (two writers at once); t-2's infra error played again, and scored
+    write_results(path, [*first, first[0], episode("r", "t-2", reward=1.0)])
+    if source == "records":
+        path.with_name("episodes.index.csv").unlink()
+    passes = []
+    read_index = results_table._read_index
+    monkeypatch.setattr(
+        results_table, "_read_index", lambda *a: passes.append(a) or read_index(*a)
+    )
+    table, duplicates, retried = read_results_table_dropped(path, columns=SUMMARY_COLUMNS)
+    assert len(passes) == 1  # the code before read the file a second time to count
+    assert (duplicates, retried) == dropped_records(path) == (1, 1)
+    assert table.column_names == list(SUMMARY_COLUMNS)
+    assert table.to_pylist() == read_results_table(path, columns=SUMMARY_COLUMNS).to_pylist()
+    assert table.num_rows == len(first)
