@@ -1,7 +1,7 @@
 r"""What the ``math_verify`` reward runs in its worker processes: math-verify's parse and verify.
 
-This module imports nothing of taskhub (and math-verify only when called): a worker process
-imports it for its first job, and a worker's start is what a cold run waits for.
+This module imports nothing of taskhub (and math-verify only when called): the pool's workers
+import it as they start, and a worker's start is what a cold run waits for.
 """
 
 from __future__ import annotations

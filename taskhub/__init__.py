@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # what type checkers see; _SOURCES names the same (tests/test_api.py)
+if TYPE_CHECKING:  # what type checkers see; _SOURCES names the same (tests/test_exports.py)
     from taskhub._agent import parse_action
     from taskhub._comparability import comparability, describe_differences, total_range
     from taskhub._compare import RunComparison, TaskChange, compare_runs

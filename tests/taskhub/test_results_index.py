@@ -272,9 +272,7 @@ def test_a_summary_read_counts_what_it_drops_and_reads_the_file_once(
         path.with_name("episodes.index.csv").unlink()
     passes = []
     read_index = results_table._read_index
-    monkeypatch.setattr(
-        results_table, "_read_index", lambda *a: passes.append(a) or read_index(*a)
-    )
+    monkeypatch.setattr(results_table, "_read_index", lambda *a: passes.append(a) or read_index(*a))
     table, duplicates, retried = read_results_table_dropped(path, columns=SUMMARY_COLUMNS)
     assert len(passes) == 1  # the code before read the file a second time to count
     assert (duplicates, retried) == dropped_records(path) == (1, 1)
