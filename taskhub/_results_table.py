@@ -409,7 +409,13 @@ def read_results_table(
 def read_results_table_dropped(
     path: Path, *, columns: Sequence[str] | None = None, task_fields: Sequence[str] = ()
 ) -> tuple[pyarrow.Table, int, int]:
-    """``read_results_table`` and ``dropped_records`` of one file, its keys read once."""
+    """``read_results_table`` of one file, and how many of its records readers drop.
+
+    Returns:
+        The table, then ``duplicates`` (extra usable records of an episode recorded twice: two
+        writers at once) and ``retried`` (``infra_error`` attempts a later attempt replaced;
+        see ``deduplicate``).
+    """
     return _read_counted(path, False, columns, task_fields, counted=True)
 
 
@@ -421,7 +427,7 @@ def _read_counted(
     *,
     counted: bool,
 ) -> tuple[pyarrow.Table, int, int]:
-    """The table, and (when ``counted``, else zeros) what ``dropped_records`` counts."""
+    """The table, and (when ``counted``, else zeros) the records dropped from it."""
     import pyarrow as pa
 
     names = results_schema(columns).names
@@ -456,24 +462,12 @@ def _read_counted(
 _KEY_COLUMNS = ("task_id", "sample", "outcome")
 
 
-def dropped_records(path: Path) -> tuple[int, int]:
-    """How many records of a results file readers drop: ``(duplicates, retried)``.
-
-    ``duplicates`` are extra usable records of an episode recorded twice (two writers at once);
-    ``retried`` are ``infra_error`` attempts a later attempt replaced (see ``deduplicate``).
-    """
-    path = _results_file(path)
-    if not path.is_file() or path.stat().st_size == 0:
-        return 0, 0
-    _, duplicates, retried = _one_per_episode(path, BLOCK_BYTES)
-    return duplicates, retried
-
-
 def _kept_rows(path: Path, block_bytes: int) -> tuple[Any, int, int]:
     """A boolean mask over every record of ``path``: the one kept for each (task, sample).
 
     ``None`` when every episode has one record (the usual case: nothing to drop); then the
-    counts of ``dropped_records``. Dropped records are logged as ``read_results`` logs them.
+    counts of ``read_results_table_dropped``. Dropped records are logged as ``read_results``
+    logs them.
     """
     return _logged(path, *_one_per_episode(path, block_bytes))
 
