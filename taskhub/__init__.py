@@ -162,11 +162,11 @@ if TYPE_CHECKING:  # what type checkers see; _SOURCES names the same (tests/test
 #: imported when the name is first used, so a process that needs little (a reward worker,
 #: ``taskhub --help``) does not pay for the whole package.
 _SOURCES: dict[str, tuple[str, ...]] = {
-    "taskhub._agent": ("parse_action",),
-    "taskhub._comparability": ("comparability", "describe_differences", "total_range"),
-    "taskhub._compare": ("RunComparison", "TaskChange", "compare_runs"),
-    "taskhub._episode": ("EpisodePlan", "plan_episode", "record_episode"),
-    "taskhub._errors": (
+    "_agent": ("parse_action",),
+    "_comparability": ("comparability", "describe_differences", "total_range"),
+    "_compare": ("RunComparison", "TaskChange", "compare_runs"),
+    "_episode": ("EpisodePlan", "plan_episode", "record_episode"),
+    "_errors": (
         "AgentFormatError",
         "ConfigError",
         "EnvCapacityError",
@@ -192,12 +192,12 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "TasksetNotFound",
         "UnknownPluginError",
     ),
-    "taskhub._executor": ("EpisodeJob", "EpisodeSink", "Executor"),
-    "taskhub._merge": ("MergeResult", "merge_runs"),
-    "taskhub._ray": ("RayExecutor", "WorkerInfo", "connect_ray"),
-    "taskhub._registry": ("create", "model_backend", "registry", "reward", "validator"),
-    "taskhub._rescore": ("rescore", "rescore_async", "rescore_record", "rescore_records"),
-    "taskhub._results": (
+    "_executor": ("EpisodeJob", "EpisodeSink", "Executor"),
+    "_merge": ("MergeResult", "merge_runs"),
+    "_ray": ("RayExecutor", "WorkerInfo", "connect_ray"),
+    "_registry": ("create", "model_backend", "registry", "reward", "validator"),
+    "_rescore": ("rescore", "rescore_async", "rescore_record", "rescore_records"),
+    "_results": (
         "ComponentSummary",
         "GroupSummary",
         "Run",
@@ -215,7 +215,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "write_manifest",
         "write_results",
     ),
-    "taskhub._results_table": (
+    "_results_table": (
         "RESULT_COLUMNS",
         "index_results",
         "iter_results_tables",
@@ -223,7 +223,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "results_schema",
         "task_field_column",
     ),
-    "taskhub._rewards": (
+    "_rewards": (
         "BoundReward",
         "RewardFn",
         "RewardSet",
@@ -233,7 +233,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "score_episode",
         "total_reward",
     ),
-    "taskhub._runner": (
+    "_runner": (
         "EpisodeWorker",
         "Progress",
         "RunInterrupted",
@@ -244,7 +244,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "resume_async",
         "select_tasks",
     ),
-    "taskhub._schema": (
+    "_schema": (
         "OUTCOMES",
         "RFC008_REPORT_VERSION",
         "SCHEMA_VERSION",
@@ -280,7 +280,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "WireDialect",
         "canonical_json",
     ),
-    "taskhub._stats": (
+    "_stats": (
         "bounded_mean_ci",
         "mcnemar_exact",
         "mean_ci",
@@ -289,11 +289,11 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "success_interval",
         "wilson_interval",
     ),
-    "taskhub._taskset": ("Taskset", "builtin_tasksets", "load_taskset", "read_card"),
-    "taskhub._tools": ("Toolbox",),
-    "taskhub._urls": ("redact_url",),
-    "taskhub._version": ("__version__",),
-    "taskhub.hub": (
+    "_taskset": ("Taskset", "builtin_tasksets", "load_taskset", "read_card"),
+    "_tools": ("Toolbox",),
+    "_urls": ("redact_url",),
+    "_version": ("__version__",),
+    "hub": (
         "ProfileResult",
         "PushResult",
         "RedactionReport",
@@ -315,8 +315,8 @@ _MODULE_OF = {name: module for module, names in _SOURCES.items() for name in nam
 def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
-        raise AttributeError(f"module 'taskhub' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("." + module, __name__), name)
     globals()[name] = value  # found here from now on, without this function
     return value
 

@@ -54,13 +54,12 @@ def test_a_lazy_package_names_every_export_once_in_its_table_and_for_type_checke
     name: str,
 ) -> None:
     module = importlib.import_module(name)
-    table = {n: m.removeprefix(name + ".").lstrip(".") for n, m in module._MODULE_OF.items()}
+    table = module._MODULE_OF  # each name's module, in the package
     assert sum(len(names) for names in module._SOURCES.values()) == len(table)  # no name twice
     assert sorted(table) == module.__all__
     assert _type_checking_imports(Path(module.__file__), name) == table
-    for attr, source in module._MODULE_OF.items():  # each from the module the table names
-        target = importlib.import_module(source if name == "taskhub" else f"{name}.{source}")
-        assert getattr(module, attr) is getattr(target, attr)
+    for attr, source in table.items():  # each from the module the table names
+        assert getattr(module, attr) is getattr(importlib.import_module(f"{name}.{source}"), attr)
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         module.nothing_here  # noqa: B018
 
